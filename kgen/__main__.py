@@ -1,0 +1,3 @@
+from kgen.cli import app
+
+app(prog_name="kgen")

@@ -1,0 +1,159 @@
+"""Stage 1: load a KernelBench-style problem file and trace its Model on the meta device.
+
+The problem file defines ``Model(nn.Module)``, ``get_inputs()`` and ``get_init_inputs()``. We exec it, build
+``Model(*get_init_inputs())`` on the meta device, trace it with torch.fx, and propagate shapes with inputs made by
+``get_inputs()`` under the meta device too: no input is ever materialized (one bundled input is 17 GB).
+"""
+
+from __future__ import annotations
+
+import ast
+import linecache
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.fx as fx
+from torch.fx.passes.shape_prop import ShapeProp
+
+from kgen.errors import KgenError
+
+REQUIRED_NAMES = ("Model", "get_inputs", "get_init_inputs")
+
+
+@dataclass
+class Problem:
+    """A loaded, traced problem: everything later stages need, nothing materialized."""
+
+    name: str  # file stem, names generated/<name>/
+    path: Path
+    source: str
+    namespace: dict[str, Any]
+    init_args: list[Any]
+    gm: fx.GraphModule  # traced on meta; nodes carry meta['tensor_meta']
+    input_shapes: list[tuple[int, ...]]
+    input_dtypes: list[torch.dtype]
+    init_signature: list[tuple[str, Any]] = field(default_factory=list)  # (name, default or EMPTY)
+
+    def module_code_without_model(self) -> str:
+        """The problem file's module-level code minus ``class Model`` (keeps get_inputs and its globals)."""
+        tree = ast.parse(self.source)
+        lines = self.source.splitlines(keepends=True)
+        drop: list[tuple[int, int]] = []
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef) and node.name == "Model":
+                start = min([node.lineno] + [d.lineno for d in node.decorator_list])
+                drop.append((start, node.end_lineno))
+        kept = [ln for i, ln in enumerate(lines, 1) if not any(a <= i <= b for a, b in drop)]
+        text = "".join(kept)
+        while "\n\n\n\n" in text:
+            text = text.replace("\n\n\n\n", "\n\n\n")
+        return text.strip("\n") + "\n"
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+def _user_frame(exc: BaseException, path: Path) -> str:
+    """'file:line' of the innermost frame inside the problem file, or ''."""
+    where = ""
+    for frame in traceback.extract_tb(exc.__traceback__):
+        if frame.filename == str(path):
+            where = f"{path.name}:{frame.lineno}"
+    return where
+
+
+def exec_problem(path: Path) -> tuple[str, dict[str, Any]]:
+    if not path.is_file():
+        raise KgenError(f"problem file not found: {path} (pass the path of a .py file defining Model, get_inputs, get_init_inputs)")
+    source = path.read_text()
+    try:
+        code = compile(source, str(path), "exec")
+    except SyntaxError as exc:
+        raise KgenError(f"{path.name}:{exc.lineno}: syntax error in problem file: {exc.msg}; fix the file and rerun") from None
+    namespace: dict[str, Any] = {"__name__": f"kgen_problem_{path.stem}", "__file__": str(path)}
+    linecache.cache[str(path)] = (len(source), None, source.splitlines(keepends=True), str(path))
+    try:
+        exec(code, namespace)
+    except Exception as exc:  # the user's file raised: report where, not our stack
+        where = _user_frame(exc, path) or path.name
+        raise KgenError(f"{where}: problem file raised {_first_line(exc)}; fix the file and rerun") from None
+    missing = [n for n in REQUIRED_NAMES if n not in namespace]
+    if missing:
+        raise KgenError(
+            f"{path.name}: problem file does not define {', '.join(missing)}; a problem file needs a Model(nn.Module) "
+            "class and the functions get_inputs() and get_init_inputs()"
+        )
+    if not (isinstance(namespace["Model"], type) and issubclass(namespace["Model"], torch.nn.Module)):
+        raise KgenError(f"{path.name}: Model must be a torch.nn.Module subclass")
+    return source, namespace
+
+
+def _call_user(fn, path: Path, what: str, *args):
+    try:
+        return fn(*args)
+    except Exception as exc:
+        where = _user_frame(exc, path) or path.name
+        raise KgenError(f"{where}: {what} raised {_first_line(exc)}; fix the problem file and rerun") from None
+
+
+def init_signature(model_cls: type) -> list[tuple[str, Any]]:
+    import inspect
+
+    sig = inspect.signature(model_cls.__init__)
+    params = list(sig.parameters.values())[1:]  # drop self
+    out = []
+    for p in params:
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            raise KgenError(f"Model.__init__ takes *{p.name}; kgen needs named constructor parameters to mirror the signature")
+        out.append((p.name, p.default))
+    return out
+
+
+class _Tracer(fx.Tracer):
+    def __init__(self) -> None:
+        super().__init__()
+        self.record_stack_traces = True
+
+
+def load_problem(path: str | Path) -> Problem:
+    path = Path(path).resolve()
+    source, ns = exec_problem(path)
+    init_args = _call_user(ns["get_init_inputs"], path, "get_init_inputs()")
+    if not isinstance(init_args, (list, tuple)):
+        raise KgenError(f"{path.name}: get_init_inputs() must return a list, got {type(init_args).__name__}")
+    init_args = list(init_args)
+    with torch.device("meta"):
+        model = _call_user(ns["Model"], path, "Model(*get_init_inputs())", *init_args)
+        inputs = _call_user(ns["get_inputs"], path, "get_inputs()")
+    if not isinstance(inputs, (list, tuple)) or not all(isinstance(t, torch.Tensor) for t in inputs):
+        raise KgenError(f"{path.name}: get_inputs() must return a list of tensors")
+    if any(t.device.type != "meta" for t in inputs):
+        raise KgenError(
+            f"{path.name}: get_inputs() created tensors on {inputs[0].device}; create them with plain factory calls "
+            "(torch.rand(...), no device=/.cuda()) so kgen can build them on the meta device without materializing"
+        )
+    model.eval()
+    try:
+        gm = fx.GraphModule(model, _Tracer().trace(model), "Model")
+    except Exception as exc:
+        raise KgenError(f"{path.name}: torch.fx cannot trace Model ({_first_line(exc)}); kgen needs a traceable forward without data-dependent control flow") from None
+    try:
+        ShapeProp(gm).propagate(*inputs)
+    except Exception as exc:
+        raise KgenError(f"{path.name}: Model(*get_init_inputs()) fails on get_inputs() shapes: {_first_line(exc)}") from None
+    return Problem(
+        name=path.stem,
+        path=path,
+        source=source,
+        namespace=ns,
+        init_args=init_args,
+        gm=gm,
+        input_shapes=[tuple(t.shape) for t in inputs],
+        input_dtypes=[t.dtype for t in inputs],
+        init_signature=init_signature(ns["Model"]),
+    )
