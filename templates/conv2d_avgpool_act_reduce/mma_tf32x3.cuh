@@ -1,3 +1,4 @@
+{% raw %}
 // ---- 3xTF32 tensor-core helpers (mma.sync m16n8k8, fp32-level accuracy) ----
 // a = hi + lo with hi = rna(a) in tf32; lo is passed raw (the tensor core ignores its low 13 bits).
 // acc += a_lo*b_hi + a_hi*b_lo + a_hi*b_hi (small terms first).
@@ -21,3 +22,4 @@ __device__ __forceinline__ void kg_mma3(float (&c)[4], const KgAFrag& a, const K
     kg_mma(c, a.h[0], a.h[1], a.h[2], a.h[3], b.l[0], b.l[1]);
     kg_mma(c, a.h[0], a.h[1], a.h[2], a.h[3], b.h[0], b.h[1]);
 }
+{% endraw %}

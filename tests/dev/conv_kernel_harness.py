@@ -1,0 +1,476 @@
+#!/usr/bin/env python3
+"""Dev harness for templates/conv2d_avgpool_act_reduce/kernel.cu.j2 (not a pytest module).
+
+Renders the template for a spec, compiles it with nvcc into a .so, calls the extern "C" launchers
+through ctypes on torch CUDA tensors, checks forward + all grads against PyTorch (cudnn TF32 off)
+and against a float64 reference, checks run-to-run bit equality, and times the bundled shape.
+
+  python tests/dev/conv_kernel_harness.py [--quick] [--compile] [--out DIR] [--render-only DIR]
+"""
+import argparse
+import concurrent.futures as cf
+import ctypes
+import hashlib
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TEMPLATE = "conv2d_avgpool_act_reduce/kernel.cu.j2"
+
+# --------------------------------------------------------------------------------------------
+# spec handling (derive() is meant to move into the family module)
+# --------------------------------------------------------------------------------------------
+BASE_KEYS = ["CI", "H", "W", "CO", "KH", "KW", "SH", "SW", "PH", "PW", "DH", "DW",
+             "PKH", "PKW", "PSH", "PSW", "DIV", "ACT", "REDUCE"]
+ACTS = ("sigmoid", "tanh", "relu", "gelu", "gelu_tanh", "none")
+
+
+def _ceil(a, b):
+    return -(-a // b)
+
+
+def _r(a, b):
+    return _ceil(a, b) * b
+
+
+def derive(spec):
+    """Tiling values the template needs besides the problem constants. Pure Python, no torch."""
+    s = spec
+    HO = (s["H"] + 2 * s["PH"] - s["DH"] * (s["KH"] - 1) - 1) // s["SH"] + 1
+    WO = (s["W"] + 2 * s["PW"] - s["DW"] * (s["KW"] - 1) - 1) // s["SW"] + 1
+    if HO < s["PKH"] or WO < s["PKW"]:
+        raise ValueError("pool window larger than conv output")
+    PHO = (HO - s["PKH"]) // s["PSH"] + 1
+    PWO = (WO - s["PKW"]) // s["PSW"] + 1
+    PR = (s["PKH"] - 1) * s["SH"] + (s["KH"] - 1) * s["DH"] + 1
+    PC = (s["PKW"] - 1) * s["SW"] + (s["KW"] - 1) * s["DW"] + 1
+    S_H, S_W = s["PSH"] * s["SH"], s["PSW"] * s["SW"]
+    KK = s["KH"] * s["KW"]
+    CO16 = _r(s["CO"], 16)
+    COCH = min(CO16, 64)
+    CO_ALL = _r(CO16, COCH)
+
+    def best_tile(budget, halo):
+        best = None
+        for tpw in range(1, min(PWO, 64) + 1):
+            for tph in range(1, min(PHO, 64) + 1):
+                th, tw = _ceil(PHO, tph), _ceil(PWO, tpw)
+                hh = 0 if (not halo or th == 1) else (PR - 1) // S_H
+                hw = 0 if (not halo or tw == 1) else (PC - 1) // S_W
+                m = (tph + hh) * (tpw + hw)
+                if m > budget:
+                    continue
+                cost = th * tw * (_r(m, 16) + 48)  # + per-tile overhead
+                key = (cost, -tph * tpw, tph)
+                if best is None or key < best[0]:
+                    best = (key, tph, tpw, _r(m, 16))
+        return best
+
+    f = best_tile(256, False)
+    TPH, TPW, F_MPAD = f[1], f[2], f[3]
+    b = None
+    for budget in (160, 256, 512, 1024, 4096):
+        b = best_tile(budget, True)
+        if b is not None:
+            break
+    TPH_B, TPW_B, B_MPAD = b[1], b[2], b[3]
+
+    def smem(ci_chunk):
+        kc8 = _r(ci_chunk * KK, 8)
+        kp = kc8 + 4
+        fw = (CO_ALL * kp + F_MPAD * kp + 32) * 4
+        bw = (CO_ALL * kp + B_MPAD * kp + B_MPAD * (CO_ALL + 4) + B_MPAD + 32) * 4
+        return fw, bw
+
+    kmax = max(72, _r(KK, 8))
+    CI_CHUNK = 1
+    for c in range(s["CI"], 0, -1):
+        if _r(c * KK, 8) <= kmax and max(smem(c)) <= 200 * 1024:
+            CI_CHUNK = c
+            break
+    if max(smem(CI_CHUNK)) > 227 * 1024:
+        raise ValueError("shape does not fit the template's shared-memory tiling")
+    return dict(TPH=TPH, TPW=TPW, TPH_B=TPH_B, TPW_B=TPW_B, CI_CHUNK=CI_CHUNK, GRID_BWD=264,
+                # informational
+                HO=HO, WO=WO, PHO=PHO, PWO=PWO, F_SMEM=smem(CI_CHUNK)[0], B_SMEM=smem(CI_CHUNK)[1])
+
+
+def make_spec(CI=8, H=384, W=384, CO=64, k=3, s=1, p=0, d=1, pk=4, ps=None, div=None,
+              act="tanh", reduce="sum", kh=None, kw=None, **extra):
+    ps = pk if ps is None else ps
+    kh = k if kh is None else kh
+    kw = k if kw is None else kw
+    spec = dict(CI=CI, H=H, W=W, CO=CO, KH=kh, KW=kw, SH=s, SW=s, PH=p, PW=p, DH=d, DW=d,
+                PKH=pk, PKW=pk, PSH=ps, PSW=ps, DIV=(pk * pk if div is None else div),
+                ACT=act, REDUCE=reduce)
+    spec.update(extra)
+    return spec
+
+
+def render(spec, name=None):
+    import jinja2
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(os.path.join(ROOT, "templates")),
+                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+                             keep_trailing_newline=True)
+    ctx = {k: spec[k] for k in BASE_KEYS}
+    ctx.update({k: v for k, v in derive(spec).items()
+                if k in ("TPH", "TPW", "TPH_B", "TPW_B", "CI_CHUNK", "GRID_BWD")})
+    if name is None:
+        name = "kgen_conv2d_avgpool_act_reduce_" + hashlib.sha1(repr(sorted(ctx.items())).encode()).hexdigest()[:8]
+    ctx["name"] = name
+    return name, env.get_template(TEMPLATE).render(**ctx)
+
+
+def compile_so(spec, workdir):
+    name, src = render(spec)
+    cu = os.path.join(workdir, name + ".cu")
+    so = os.path.join(workdir, name + ".so")
+    with open(cu, "w") as f:
+        f.write(src)
+    t0 = time.time()
+    r = subprocess.run(["nvcc", "-O3", "-arch=sm_90", "-shared", "-Xcompiler", "-fPIC", "-Xptxas", "-v",
+                        "-o", so, cu], capture_output=True, text=True)
+    log = r.stdout + r.stderr
+    if r.returncode != 0:
+        raise RuntimeError(f"nvcc failed for {name}:\n{log}")
+    ptx = [ln.strip() for ln in log.splitlines()
+           if ("registers" in ln or "spill" in ln or "stack frame" in ln)]
+    return name, so, ptx, time.time() - t0
+
+
+class Kernel:
+    def __init__(self, name, so):
+        lib = ctypes.CDLL(so)
+        self.ws_bytes = getattr(lib, name + "_workspace_bytes")
+        self.ws_bytes.restype = ctypes.c_size_t
+        self.ws_bytes.argtypes = [ctypes.c_int64]
+        self.fwd = getattr(lib, name + "_forward")
+        self.fwd.restype = ctypes.c_int
+        self.fwd.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int64, ctypes.c_void_p]
+        self.bwd = getattr(lib, name + "_backward")
+        self.bwd.restype = ctypes.c_int
+        self.bwd.argtypes = [ctypes.c_void_p] * 8 + [ctypes.c_int64, ctypes.c_void_p]
+        self.lib = lib
+
+    @staticmethod
+    def _p(t):
+        return None if t is None else ctypes.c_void_p(t.data_ptr())
+
+    def workspace(self, n):
+        import torch
+        nb = int(self.ws_bytes(n))
+        ws = torch.empty(max(nb, 16), dtype=torch.uint8, device="cuda")
+        ws.fill_(0xFF)  # NaN pattern: the kernels must not rely on zeroed scratch
+        return ws
+
+    def forward(self, x, w, b, out, ws, n):
+        import torch
+        err = self.fwd(self._p(x), self._p(w), self._p(b), self._p(out), self._p(ws), n,
+                       ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
+        if err != 0:
+            raise RuntimeError(f"forward returned cudaError {err}")
+
+    def backward(self, go, x, w, b, gx, gw, gb, ws, n):
+        import torch
+        err = self.bwd(self._p(go), self._p(x), self._p(w), self._p(b), self._p(gx), self._p(gw), self._p(gb),
+                       self._p(ws), n, ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
+        if err != 0:
+            raise RuntimeError(f"backward returned cudaError {err}")
+
+
+# --------------------------------------------------------------------------------------------
+# references
+# --------------------------------------------------------------------------------------------
+def torch_ref(spec, x, w, b):
+    import torch
+    import torch.nn.functional as F
+    y = F.conv2d(x, w, b, stride=(spec["SH"], spec["SW"]), padding=(spec["PH"], spec["PW"]),
+                 dilation=(spec["DH"], spec["DW"]))
+    dov = None if spec["DIV"] == spec["PKH"] * spec["PKW"] else spec["DIV"]
+    y = F.avg_pool2d(y, (spec["PKH"], spec["PKW"]), (spec["PSH"], spec["PSW"]), 0, False, True, dov)
+    a = spec["ACT"]
+    if a == "sigmoid":
+        y = torch.sigmoid(y)
+    elif a == "tanh":
+        y = torch.tanh(y)
+    elif a == "relu":
+        y = torch.relu(y)
+    elif a == "gelu":
+        y = F.gelu(y)
+    elif a == "gelu_tanh":
+        y = F.gelu(y, approximate="tanh")
+    return y.sum(dim=(1, 2, 3)) if spec["REDUCE"] == "sum" else y.mean(dim=(1, 2, 3))
+
+
+def rel(a, ref):
+    import torch
+    a, ref = a.double(), ref.double()
+    den = ref.norm().item()
+    num = (a - ref).norm().item()
+    return num / den if den > 0 else num
+
+
+# --------------------------------------------------------------------------------------------
+# checks
+# --------------------------------------------------------------------------------------------
+def check_case(label, spec, kern, n, bias, log):
+    import torch
+    torch.manual_seed(hash(label) & 0xFFFF)
+    conv = torch.nn.Conv2d(spec["CI"], spec["CO"], (spec["KH"], spec["KW"]), bias=bias)
+    w = conv.weight.detach().float().cuda().contiguous()
+    b = conv.bias.detach().float().cuda().contiguous() if bias else None
+    x = torch.rand(n, spec["CI"], spec["H"], spec["W"], device="cuda")
+    go = torch.rand(n, device="cuda") + 0.5
+    res = dict(label=label, n=n, ok=True, msgs=[])
+    ws = kern.workspace(n)
+    # ---- kgen forward / backward (twice, bit equality) ----
+    outs, grads = [], []
+    for rep in range(2):
+        out = torch.full((n,), float("nan"), device="cuda")
+        kern.forward(x, w, b, out, ws, n)
+        gx = torch.full_like(x, float("nan"))
+        gw = torch.full_like(w, float("nan"))
+        gb = torch.full_like(b, float("nan")) if bias else None
+        kern.backward(go, x, w, b, gx, gw, gb, ws, n)
+        torch.cuda.synchronize()
+        outs.append(out)
+        grads.append((gx, gw, gb))
+    bit = torch.equal(outs[0], outs[1]) and all(
+        (p is None and q is None) or torch.equal(p, q) for p, q in zip(grads[0], grads[1]))
+    # partial-gradient requests (only grad_w; only grad_x)
+    gw_only = torch.full_like(w, float("nan"))
+    kern.backward(go, x, w, b, None, gw_only, None, ws, n)
+    gx_only = torch.full_like(x, float("nan"))
+    kern.backward(go, x, w, b, gx_only, None, None, ws, n)
+    torch.cuda.synchronize()
+    # ---- PyTorch float32 reference ----
+    xr = x.clone().requires_grad_(True)
+    wr = w.clone().requires_grad_(True)
+    br = b.clone().requires_grad_(True) if bias else None
+    ref = torch_ref(spec, xr, wr, br)
+    ref.backward(go)
+    # ---- float64 reference ----
+    xd = x.double().requires_grad_(True)
+    wd = w.double().requires_grad_(True)
+    bd = b.double().requires_grad_(True) if bias else None
+    refd = torch_ref(spec, xd, wd, bd)
+    refd.backward(go.double())
+    out = outs[0]
+    gx, gw, gb = grads[0]
+    pairs = [("out", out, ref.detach(), refd.detach()), ("gx", gx, xr.grad, xd.grad), ("gw", gw, wr.grad, wd.grad)]
+    if bias:
+        pairs.append(("gb", gb, br.grad, bd.grad))
+    pairs.append(("gw_only", gw_only, wr.grad, wd.grad))
+    pairs.append(("gx_only", gx_only, xr.grad, xd.grad))
+    errs = {}
+    for nm, a, r32, r64 in pairs:
+        if r32 is None:  # n == 0: grads are zero-size or zeros
+            r32 = torch.zeros_like(a)
+            r64 = r32.double()
+        errs[nm] = (rel(a, r64), rel(r32, r64))
+        try:
+            torch.testing.assert_close(a, r32, atol=1e-4, rtol=1e-4)
+        except AssertionError as e:
+            res["ok"] = False
+            res["msgs"].append(f"{nm}: {str(e).splitlines()[0:4]}")
+    if not bit:
+        res["ok"] = False
+        res["msgs"].append("not bit-identical across runs")
+    res["errs"] = errs
+    res["bit"] = bit
+    log(f"[{ 'PASS' if res['ok'] else 'FAIL'}] {label} n={n} bias={bias} bit={bit} " +
+        " ".join(f"{k}:{v[0]:.1e}(torch {v[1]:.1e})" for k, v in errs.items()))
+    for m in res["msgs"]:
+        log("    " + m)
+    return res
+
+
+def cases(quick):
+    B = make_spec
+    cs = [
+        ("bundled-tanh-sum", make_spec(act="tanh"), 4, True),
+        ("k1-pool2-relu-mean", B(CI=8, H=33, W=35, CO=16, k=1, pk=2, act="relu", reduce="mean"), 3, True),
+        ("k5-p2-pool3s2-gelu", B(CI=3, H=37, W=41, CO=16, k=5, p=2, pk=3, ps=2, act="gelu"), 2, True),
+        ("k3-s2-p1-pool2-sigmoid", B(CI=5, H=40, W=38, CO=24, k=3, s=2, p=1, pk=2, act="sigmoid", reduce="mean"), 3, False),
+        ("k3-d2-p2-pool3s1-geluT", B(CI=4, H=29, W=31, CO=16, k=3, d=2, p=2, pk=3, ps=1, act="gelu_tanh"), 2, True),
+        ("k3-pool4-div5-none", B(CI=8, H=37, W=41, CO=64, k=3, pk=4, div=5, act="none"), 2, True),
+        ("k3-p1-pool4-tanh-mean-b1", B(CI=8, H=64, W=64, CO=64, k=3, p=1, pk=4, act="tanh", reduce="mean"), 1, True),
+        ("bigK-ci24-k5-sigmoid", B(CI=24, H=30, W=26, CO=32, k=5, p=1, pk=2, act="sigmoid"), 2, True),
+        ("co80-k3-pool2s1-relu", B(CI=6, H=21, W=19, CO=80, k=3, pk=2, ps=1, act="relu"), 2, True),
+        ("k2x3-s2-pool3s2-tanh", B(CI=3, H=45, W=52, CO=16, kh=2, kw=3, s=2, pk=3, ps=2, act="tanh"), 3, True),
+        ("n0-gelu", B(CI=3, H=20, W=20, CO=16, k=3, pk=2, act="gelu"), 0, True),
+    ]
+    if quick:
+        cs = [c for c in cs if not c[0].startswith("bundled")] + [("bundled-tanh-sum", make_spec(act="tanh"), 2, True)]
+    return cs
+
+
+# --------------------------------------------------------------------------------------------
+# timing
+# --------------------------------------------------------------------------------------------
+def bench(fn, warm=5, reps=25):
+    import torch
+    for _ in range(warm):
+        fn()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(reps):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        e.synchronize()
+        ts.append(s.elapsed_time(e))
+    ts.sort()
+    return ts[len(ts) // 2], ts[0]
+
+
+def timings(kern_by_act, do_compile, log):
+    import torch
+    rows = []
+    # bandwidth
+    a = torch.empty(256 * 1024 * 1024, dtype=torch.float32, device="cuda").uniform_()
+    bb = torch.empty_like(a)
+    med, _ = bench(lambda: bb.copy_(a))
+    rows.append(("d2d copy 1 GiB (GB/s r+w)", f"{2 * a.numel() * 4 / med / 1e6:.0f}", ""))
+    del a, bb
+    torch.cuda.empty_cache()
+    for act, (spec, kern) in kern_by_act.items():
+        n = 128
+        conv = torch.nn.Conv2d(spec["CI"], spec["CO"], spec["KH"]).cuda()
+        w = conv.weight.detach().contiguous()
+        b = conv.bias.detach().contiguous()
+        x = torch.rand(n, spec["CI"], spec["H"], spec["W"], device="cuda")
+        out = torch.empty(n, device="cuda")
+        go = torch.ones(n, device="cuda")
+        gx, gw, gb = torch.empty_like(x), torch.empty_like(w), torch.empty_like(b)
+        ws = kern.workspace(n)
+
+        def kf():
+            kern.forward(x, w, b, out, ws, n)
+
+        def kfb():
+            kern.forward(x, w, b, out, ws, n)
+            kern.backward(go, x, w, b, gx, gw, gb, ws, n)
+
+        def kb():
+            kern.backward(go, x, w, b, gx, gw, gb, ws, n)
+
+        m1 = bench(kf)
+        m2 = bench(kfb)
+        m3 = bench(kb)
+        rows.append((f"kgen fwd [{act}]", f"{m1[0]:.3f}", f"min {m1[1]:.3f}"))
+        rows.append((f"kgen bwd [{act}]", f"{m3[0]:.3f}", f"min {m3[1]:.3f}"))
+        rows.append((f"kgen fwd+bwd [{act}]", f"{m2[0]:.3f}", f"min {m2[1]:.3f}"))
+        if act != "tanh":
+            continue
+        xr = x.clone().requires_grad_(True)
+        wr = w.clone().requires_grad_(True)
+        br = b.clone().requires_grad_(True)
+
+        def ef():
+            with torch.no_grad():
+                torch_ref(spec, x, w, b)
+
+        def efb():
+            xr.grad = wr.grad = br.grad = None
+            torch_ref(spec, xr, wr, br).backward(go)
+
+        e1 = bench(ef, 2, 10)
+        e2 = bench(efb, 2, 10)
+        rows.append(("eager fwd", f"{e1[0]:.3f}", ""))
+        rows.append(("eager fwd+bwd", f"{e2[0]:.3f}", ""))
+        if do_compile:
+            cf_ = torch.compile(lambda x_, w_, b_: torch_ref(spec, x_, w_, b_))
+            try:
+                def cfw():
+                    with torch.no_grad():
+                        cf_(x, w, b)
+
+                def cfb():
+                    xr.grad = wr.grad = br.grad = None
+                    cf_(xr, wr, br).backward(go)
+                c1 = bench(cfw, 3, 10)
+                c2 = bench(cfb, 3, 10)
+                rows.append(("torch.compile fwd", f"{c1[0]:.3f}", ""))
+                rows.append(("torch.compile fwd+bwd", f"{c2[0]:.3f}", ""))
+            except Exception as ex:  # noqa
+                rows.append(("torch.compile", "failed", str(ex)[:60]))
+        del x, xr, gx
+        torch.cuda.empty_cache()
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--compile", action="store_true", help="also time torch.compile")
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--render-only", default=None, help="render + nvcc -c into DIR, no GPU")
+    ap.add_argument("--time-acts", default="tanh", help="comma list of ACTs to time on the bundled shape")
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    logf = open(os.path.join(args.out, "conv_harness.log"), "w")
+
+    def log(s):
+        print(s, flush=True)
+        logf.write(s + "\n")
+        logf.flush()
+
+    cs = cases(args.quick)
+    time_specs = {a: make_spec(act=a) for a in args.time_acts.split(",") if a}
+    specs = {lbl: sp for lbl, sp, _, _ in cs}
+    for a, sp in time_specs.items():
+        specs["time-" + a] = sp
+    work = args.render_only or tempfile.mkdtemp(prefix="kgen_conv_")
+    os.makedirs(work, exist_ok=True)
+    built = {}
+    uniq = {}
+    for lbl, sp in specs.items():
+        uniq.setdefault(render(sp)[0], (lbl, sp))
+    with cf.ThreadPoolExecutor(max_workers=min(16, os.cpu_count() or 4)) as ex:
+        futs = {ex.submit(compile_so, sp, work): lbl for lbl, sp in uniq.values()}
+        for fu in cf.as_completed(futs):
+            lbl = futs[fu]
+            name, so, ptx, dt = fu.result()
+            for l2, sp2 in specs.items():
+                if render(sp2)[0] == name:
+                    built[l2] = (name, so)
+            d = derive(specs[lbl])
+            log(f"built {lbl} ({dt:.0f}s) tiles fwd {d['TPH']}x{d['TPW']} bwd {d['TPH_B']}x{d['TPW_B']} "
+                f"ci_chunk {d['CI_CHUNK']} smem {d['F_SMEM']}/{d['B_SMEM']}")
+            for ln in ptx:
+                log("    " + ln)
+    if args.render_only:
+        return
+    import torch
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    log(f"device: {torch.cuda.get_device_name()} torch {torch.__version__}")
+    results = []
+    for lbl, sp, n, bias in cs:
+        kern = Kernel(*built[lbl])
+        try:
+            results.append(check_case(lbl, sp, kern, n, bias, log))
+        except Exception as e:  # noqa
+            log(f"[ERROR] {lbl}: {e!r}")
+            results.append(dict(label=lbl, n=n, ok=False, errs={}, bit=False, msgs=[repr(e)]))
+    rows = timings({a: (sp, Kernel(*built["time-" + a])) for a, sp in time_specs.items()}, args.compile, log)
+    # ---------------- compact summary LAST ----------------
+    log("\n==== correctness (rel err vs float64; torch f32 in parentheses) ====")
+    for r in results:
+        e = r["errs"]
+        log(f"{'PASS' if r['ok'] else 'FAIL'} {r['label']:<28} n={r['n']:<3} bit={int(r['bit'])} " +
+            " ".join(f"{k}={v[0]:.1e}({v[1]:.0e})" for k, v in e.items() if not k.endswith("_only")))
+    log(f"==== timings on {torch.cuda.get_device_name()} (ms, median) ====")
+    for a, b_, c in rows:
+        log(f"{a:<34} {b_:>10} {c}")
+    log(f"ALL {'PASS' if all(r['ok'] for r in results) else 'FAIL'}")
+
+
+if __name__ == "__main__":
+    main()
