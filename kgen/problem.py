@@ -104,6 +104,8 @@ def _call_user(fn, path: Path, what: str, *args):
 def init_signature(model_cls: type) -> list[tuple[str, Any]]:
     import inspect
 
+    if model_cls.__init__ is torch.nn.Module.__init__:
+        return []
     sig = inspect.signature(model_cls.__init__)
     params = list(sig.parameters.values())[1:]  # drop self
     out = []
@@ -145,7 +147,11 @@ def load_problem(path: str | Path) -> Problem:
     try:
         ShapeProp(gm).propagate(*inputs)
     except Exception as exc:
-        raise KgenError(f"{path.name}: Model(*get_init_inputs()) fails on get_inputs() shapes: {_first_line(exc)}") from None
+        root = exc
+        while root.__cause__ is not None:  # ShapeProp wraps the op's own error
+            root = root.__cause__
+        raise KgenError(f"{path.name}: Model(*get_init_inputs()) rejects get_inputs() shapes: {_first_line(root)}; "
+                        "fix the model's arguments or input shapes") from None
     return Problem(
         name=path.stem,
         path=path,

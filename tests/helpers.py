@@ -1,0 +1,85 @@
+"""Shared test helpers: problem files written from parameters, generated modules exec'd from their text alone."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+
+import torch
+
+from kgen import emit
+
+REPO = Path(__file__).resolve().parents[1]
+GEN_ROOT = Path(os.environ.get("KGEN_TEST_GEN_DIR") or Path(tempfile.gettempdir()) / "kgen_test_gen")
+
+
+def avg_pool_problem(shape, init: dict, functional: bool = False) -> str:
+    """A problem file applying AvgPool2d(**init) (module form) or F.avg_pool2d (functional form)."""
+    args = ", ".join(f"{k}={v!r}" for k, v in init.items())
+    if functional:
+        model = f'''
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return F.avg_pool2d(x, {args})
+
+
+def get_init_inputs():
+    return []
+'''
+    else:
+        names = list(init)
+        model = f'''
+class Model(nn.Module):
+    def __init__(self, {", ".join(names)}):
+        super().__init__()
+        self.pool = nn.AvgPool2d({", ".join(f"{n}={n}" for n in names)})
+
+    def forward(self, x):
+        return self.pool(x)
+
+
+def get_init_inputs():
+    return [{", ".join(repr(init[n]) for n in names)}]
+'''
+    return f'''import torch
+import torch.nn as nn
+import torch.nn.functional as F
+{model}
+
+def get_inputs():
+    return [torch.rand{tuple(shape)!r}]
+'''
+
+
+def write_problem(source: str, name: str | None = None) -> Path:
+    digest = hashlib.sha256(source.encode()).hexdigest()[:12]
+    name = name or f"p_{digest}"
+    d = GEN_ROOT / "problems"
+    d.mkdir(parents=True, exist_ok=True)
+    path = d / f"{name}.py"
+    if not path.exists() or path.read_text() != source:
+        path.write_text(source)
+    return path
+
+
+def generate_module(source: str, name: str | None = None) -> dict:
+    """Generate the problem, write it under GEN_ROOT, and exec model_new.py's text alone in a fresh namespace."""
+    path = write_problem(source, name)
+    gen = emit.generate(path)
+    out = GEN_ROOT / "out" / gen.problem
+    emit.write(gen, out, force=True)
+    text = (out / emit.MODEL_FILE).read_text()
+    ns: dict = {"__name__": f"kgen_generated_{gen.problem}"}
+    exec(compile(text, f"<{gen.problem}/model_new.py>", "exec"), ns)
+    return ns
+
+
+def poison_cuda_allocator(numel: int) -> None:
+    """Fill freed caching-allocator blocks with NaN so an output allocated next shows any element left unwritten."""
+    junk = torch.full((numel,), float("nan"), device="cuda")
+    del junk
