@@ -140,3 +140,9 @@ def describe(spec: Spec) -> list[str]:
 
 def module_context(spec: Spec, problem: Problem) -> dict:
     return {}
+
+
+def traffic(spec: Spec, n: int) -> tuple[int, int]:
+    """Fewest bytes moved: forward reads x and writes y; forward+backward also reads grad_y and writes grad_x."""
+    x, y = 4 * n * spec.C * spec.H * spec.W, 4 * n * spec.C * spec.HO * spec.WO
+    return x + y, 2 * (x + y)

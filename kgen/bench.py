@@ -1,0 +1,136 @@
+"""`kgen bench PROBLEM.py`: build, check correctness once, and time eager PyTorch, torch.compile and kgen.
+
+Times are CUDA-event medians after warm-up, forward and forward+backward, with kgen's fraction of the memory floor
+(the bytes the family must move over the device-to-device copy bandwidth measured in the same run).
+"""
+
+from __future__ import annotations
+
+import csv as csv_mod
+import datetime
+import statistics
+import tempfile
+from pathlib import Path
+
+import torch
+
+from kgen import emit
+from kgen.errors import KgenError
+from kgen.problem import exec_problem
+
+
+def cuda_time_ms(fn, warmup: int, reps: int) -> float:
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def copy_bandwidth_gbs(nbytes: int = 1 << 30) -> float:
+    """Device-to-device copy rate, counting bytes read plus bytes written."""
+    a = torch.empty(nbytes // 4, device="cuda")
+    b = torch.empty_like(a)
+    ms = cuda_time_ms(lambda: b.copy_(a), 3, 20)
+    del a, b
+    return 2 * nbytes / ms / 1e6
+
+
+def load_generated(problem: Path):
+    gen = emit.generate(problem)
+    out = Path(tempfile.mkdtemp(prefix="kgen_bench_")) / gen.problem
+    emit.write(gen, out, force=True)
+    ns: dict = {"__name__": f"kgen_bench_{gen.problem}"}
+    exec(compile(gen.files[emit.MODEL_FILE], str(out / emit.MODEL_FILE), "exec"), ns)
+    return gen, ns
+
+
+def run(problem: Path, warmup: int = 5, reps: int = 20, with_compile: bool = True, csv: Path | None = None) -> list[dict]:
+    if not torch.cuda.is_available():
+        raise KgenError("kgen bench needs a CUDA GPU; run it on a machine where torch.cuda.is_available() is True")
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    from kgen.problem import load_problem
+    from kgen.spec import match
+
+    family, spec = match(load_problem(problem))
+    gen, ns = load_generated(problem)
+    _, user = exec_problem(Path(problem).resolve())
+    init = user["get_init_inputs"]()
+    torch.manual_seed(0)
+    model = user["Model"](*init).cuda()
+    new = ns["ModelNew"](*init).cuda()
+    new.load_state_dict(model.state_dict())
+    with torch.device("cuda"):
+        inputs = user["get_inputs"]()
+    x = inputs[0]
+    n = x.shape[0]
+
+    with torch.no_grad():
+        ref, out = model(x), new(x)
+        err = ((out.double() - ref.double()).norm() / ref.double().norm().clamp_min(1e-30)).item()
+        torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4)
+        del ref, out
+    bw = copy_bandwidth_gbs()
+    fwd_bytes, train_bytes = family.traffic(spec, n)
+
+    def fwd(m):
+        def f():
+            with torch.no_grad():
+                m(x)
+        return f
+
+    xg = x.detach().requires_grad_(True)
+
+    def train(m):
+        def f():
+            m.zero_grad(set_to_none=True)
+            xg.grad = None
+            m(xg).sum().backward()
+        return f
+
+    providers = [("eager", model), ("kgen", new)]
+    if with_compile:
+        providers.insert(1, ("torch.compile", torch.compile(model)))
+    rows = []
+    for label, m in providers:
+        row = {"provider": label, "fwd_ms": cuda_time_ms(fwd(m), warmup, reps)}
+        try:
+            row["train_ms"] = cuda_time_ms(train(m), warmup, reps)
+        except (RuntimeError, torch.OutOfMemoryError) as exc:  # eager backward fails on the 4.3 G-element avg_pool2d
+            row["train_ms"] = float("nan")
+            row["note"] = str(exc).strip().splitlines()[0][:80]
+        torch.cuda.empty_cache()
+        rows.append(row)
+    kg = rows[-1]
+    floor_fwd, floor_train = fwd_bytes / bw / 1e6, train_bytes / bw / 1e6
+    print(f"{gen.problem} ({family.NAME}) on {torch.cuda.get_device_name()}, torch {torch.__version__}, "
+          f"{datetime.date.today()}: copy bandwidth {bw:.0f} GB/s; rel. error vs eager {err:.2e}")
+    print(f"memory floor: forward {floor_fwd:.3f} ms ({fwd_bytes / 1e9:.2f} GB), forward+backward {floor_train:.3f} ms "
+          f"({train_bytes / 1e9:.2f} GB)")
+    print(f"{'provider':<14} {'fwd ms':>9} {'kgen x':>7} {'fwd+bwd ms':>11} {'kgen x':>7}  note")
+    for r in rows:
+        sf = r["fwd_ms"] / kg["fwd_ms"]
+        st = r["train_ms"] / kg["train_ms"]
+        print(f"{r['provider']:<14} {r['fwd_ms']:9.3f} {sf:7.2f} {r['train_ms']:11.3f} {st:7.2f}  {r.get('note', '')}")
+    print(f"kgen at {floor_fwd / kg['fwd_ms']:.0%} of the forward floor, {floor_train / kg['train_ms']:.0%} of the "
+          "forward+backward floor")
+    if csv is not None:
+        new_file = not Path(csv).exists()
+        with open(csv, "a", newline="") as f:
+            w = csv_mod.writer(f)
+            if new_file:
+                w.writerow(["date", "problem", "family", "device", "torch", "provider", "fwd_ms", "train_ms",
+                            "copy_gbs", "floor_fwd_ms", "floor_train_ms"])
+            for r in rows:
+                w.writerow([datetime.date.today(), gen.problem, family.NAME, torch.cuda.get_device_name(),
+                            torch.__version__, r["provider"], f"{r['fwd_ms']:.4f}", f"{r['train_ms']:.4f}",
+                            f"{bw:.0f}", f"{floor_fwd:.4f}", f"{floor_train:.4f}"])
+    return rows

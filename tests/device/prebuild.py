@@ -1,0 +1,59 @@
+"""Generate every GPU-test problem and build their extensions in parallel (one process each), so the GPU tests
+then load from the cache. Also exercises concurrent builds. Usage: python tests/device/prebuild.py [JOBS]"""
+
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from kgen import emit  # noqa: E402
+from tests import helpers  # noqa: E402
+
+
+def sources():
+    import tests.test_avg_pool2d as ap
+
+    out = [(helpers.avg_pool_problem(s, kw, f), None) for s, kw, f in ap.CONFIGS]
+    out.append((open("kgen/problems/avg_pool2d.py").read(), "avg_pool2d"))
+    try:
+        import tests.test_conv2d_avgpool_act_reduce as cv
+        out += [(src, None) for src in cv.problem_sources()]
+        out.append((open("kgen/problems/conv2d_avgpool_sigmoid_sum.py").read(), "conv2d_avgpool_sigmoid_sum"))
+    except ImportError as exc:
+        print("prebuild: no conv family tests:", exc)
+    return out
+
+
+def build(path: Path) -> tuple[str, float, int, str]:
+    t = time.time()
+    r = subprocess.run([sys.executable, "-c", f"exec(open({str(path)!r}).read(), {{'__name__': 'prebuild'}})"],
+                       capture_output=True, text=True)
+    return path.parent.name, time.time() - t, r.returncode, (r.stderr or "")[-3000:]
+
+
+def main() -> int:
+    jobs = int(sys.argv[1]) if len(sys.argv) > 1 else 8
+    paths = []
+    for src, name in sources():
+        gen = emit.generate(helpers.write_problem(src, name))
+        out = helpers.GEN_ROOT / "out" / gen.problem
+        emit.write(gen, out, force=True)
+        paths.append(out / emit.MODEL_FILE)
+    t0 = time.time()
+    with ThreadPoolExecutor(jobs) as ex:
+        results = list(ex.map(build, paths))
+    bad = 0
+    for name, secs, rc, err in results:
+        print(f"prebuild {name}: {secs:.1f} s rc={rc}")
+        if rc:
+            bad += 1
+            print(err)
+    print(f"prebuild: {len(results)} extensions in {time.time() - t0:.1f} s, {bad} failed")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
