@@ -2,7 +2,7 @@
 
 Do not edit: regenerate with `kgen generate kgen/problems/avg_pool2d.py` (a hand edit makes kgen refuse to overwrite
 this file without --force).
-kgen-checksum: f1811c29e5207c90e43bbc53596ad282ff86a82f2a847dd0f210db9f59284475
+kgen-checksum: 372bbea200b759a891e2ec99a9d0d261378c8742d2ab09bdbae18efdc3d74dd8
 
 Family avg_pool2d; spec 2466989f57346f63:
     C = 64
@@ -34,6 +34,8 @@ torch and CUDA versions and the GPU architecture), cached under $KGEN_CACHE_DIR 
 loaded from there afterwards. Ops: torch.ops.kgen_avg_pool2d_dd17cd7f.forward / .backward, with fake (meta) kernels and autograd
 registered below, so torch.compile(fullgraph=True) and torch.library.opcheck work.
 """
+
+import math
 
 import torch
 import torch.nn as nn

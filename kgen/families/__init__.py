@@ -12,6 +12,6 @@
 
 from types import ModuleType
 
-from kgen.families import avg_pool2d
+from kgen.families import avg_pool2d, conv2d_avgpool_act_reduce
 
-FAMILIES: tuple[ModuleType, ...] = (avg_pool2d,)
+FAMILIES: tuple[ModuleType, ...] = (avg_pool2d, conv2d_avgpool_act_reduce)

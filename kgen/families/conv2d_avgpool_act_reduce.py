@@ -1,0 +1,258 @@
+"""Family conv2d_avgpool_act_reduce: Conv2d -> AvgPool2d -> activation -> sum/mean over all non-batch dims.
+
+Scope:
+- nn.Conv2d: any in/out channels, kernel (int or pair), stride, padding (ints, pairs, 'valid', symmetric 'same'),
+  dilation, bias on or off; groups = 1 and padding_mode 'zeros' (others are refused at generate time);
+- then nn.AvgPool2d / F.avg_pool2d: any kernel and stride, padding 0, divisor_override allowed; ceil_mode only
+  where it does not change the output size;
+- then an optional activation: sigmoid, tanh, relu, gelu (exact or approximate='tanh');
+- then torch.sum / torch.mean (function or method) over dims [1, 2, 3] (any order or sign), keepdim either way.
+A chain that matches only partly is refused naming the first op that breaks the pattern.
+
+Conv then average pool is one linear map, so the kernels pool first (a box sum of the input at each conv tap) and
+run the remaining skinny GEMM (positions x out_channels x in_channels*KH*KW) on tensor cores in 3xTF32.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+
+import torch
+
+from kgen.errors import Unsupported
+from kgen.problem import Problem
+from kgen.spec import Op, pool_out_size
+
+NAME = "conv2d_avgpool_act_reduce"
+TEMPLATES = {"kernel.cu": "conv2d_avgpool_act_reduce/kernel.cu.j2", "binding.cpp": "conv2d_avgpool_act_reduce/binding.cpp.j2"}
+MODEL_TEMPLATE = "conv2d_avgpool_act_reduce/model_new.py.j2"
+ACTIVATIONS = ("sigmoid", "tanh", "relu", "gelu")
+SMEM_LIMIT = 227 * 1024
+
+
+@dataclass(frozen=True)
+class Spec:
+    CI: int
+    H: int
+    W: int
+    CO: int
+    KH: int
+    KW: int
+    SH: int
+    SW: int
+    PH: int
+    PW: int
+    DH: int
+    DW: int
+    PKH: int
+    PKW: int
+    PSH: int
+    PSW: int
+    DIV: int  # pool divisor: divisor_override or PKH*PKW
+    ACT: str  # sigmoid | tanh | relu | gelu | gelu_tanh | none
+    REDUCE: str  # sum | mean
+    KEEPDIM: bool
+    HAS_BIAS: bool
+    weight_name: str  # state_dict names of the conv parameters, as in Model
+    bias_name: str | None
+
+
+def _breaks(op: Op, expected: str) -> Unsupported:
+    return Unsupported(f"{op.where}: {op.label} breaks the {NAME} family's pattern (expected {expected} here)")
+
+
+def match(ops: list[Op], problem: Problem) -> Spec | None:
+    if ops[0].kind != "conv2d":
+        return None
+    conv = ops[0]
+    c = conv.params
+    if c["groups"] != 1:
+        raise Unsupported(f"{conv.where}: nn.Conv2d with groups={c['groups']}: the {NAME} family supports groups=1 only")
+    if c["padding_mode"] != "zeros":
+        raise Unsupported(f"{conv.where}: nn.Conv2d with padding_mode={c['padding_mode']!r}: only 'zeros' is supported")
+    if len(conv.in_shape) != 4:
+        raise Unsupported(f"{conv.where}: Conv2d on a {len(conv.in_shape)}-d input; the {NAME} family takes NCHW input")
+    if len(ops) < 2 or ops[1].kind != "avg_pool2d":
+        raise _breaks(ops[1], "AvgPool2d") if len(ops) > 1 else Unsupported(
+            f"{conv.where}: a lone Conv2d is outside kgen's families ({NAME} needs Conv2d -> AvgPool2d -> activation -> sum/mean)")
+    pool = ops[1]
+    p = pool.params
+    _, _, HO, WO = conv.shape
+    if p["padding"] != (0, 0):
+        raise Unsupported(f"{pool.where}: AvgPool2d padding={p['padding']}: the {NAME} family supports padding 0")
+    plain = [pool_out_size(s, k, st, 0, False) for s, k, st in zip((HO, WO), p["kernel"], p["stride"])]
+    if p["ceil_mode"] and plain != [pool_out_size(s, k, st, 0, True) for s, k, st in zip((HO, WO), p["kernel"], p["stride"])]:
+        raise Unsupported(f"{pool.where}: AvgPool2d ceil_mode=True adds partial windows here; the {NAME} family supports full windows only")
+    rest = ops[2:]
+    act = "none"
+    if rest and rest[0].kind in ACTIVATIONS:
+        act = rest[0].kind
+        if act == "gelu":
+            approx = rest[0].params.get("approximate", "none")
+            if approx not in ("none", "tanh"):
+                raise Unsupported(f"{rest[0].where}: gelu approximate={approx!r} is not supported")
+            act = "gelu_tanh" if approx == "tanh" else "gelu"
+        rest = rest[1:]
+    if not rest or rest[0].kind not in ("sum", "mean"):
+        expected = "an activation (sigmoid, tanh, relu, gelu) or torch.sum/torch.mean over dims [1, 2, 3]"
+        if not rest:
+            raise Unsupported(f"{ops[-1].where}: the chain ends before a sum/mean over dims [1, 2, 3] ({NAME} reduces to one value per batch element)")
+        raise _breaks(rest[0], expected)
+    red = rest[0]
+    if red.params["dims"] != (1, 2, 3) or red.params.get("dtype") is not None:
+        raise Unsupported(f"{red.where}: {red.label} over dims {list(red.params['dims'])}: the {NAME} family reduces over dims [1, 2, 3] only")
+    if len(rest) > 1:
+        raise _breaks(rest[1], "the end of forward after the reduction")
+    spec = Spec(
+        CI=c["in_channels"], H=conv.in_shape[2], W=conv.in_shape[3], CO=c["out_channels"],
+        KH=c["kernel"][0], KW=c["kernel"][1], SH=c["stride"][0], SW=c["stride"][1], PH=c["padding"][0], PW=c["padding"][1],
+        DH=c["dilation"][0], DW=c["dilation"][1], PKH=p["kernel"][0], PKW=p["kernel"][1], PSH=p["stride"][0], PSW=p["stride"][1],
+        DIV=p["divisor_override"] or p["kernel"][0] * p["kernel"][1], ACT=act, REDUCE=red.kind,
+        KEEPDIM=red.params["keepdim"], HAS_BIAS=c["bias"], weight_name=c["weight_name"], bias_name=c["bias_name"],
+    )
+    d = derive(spec)
+    if (d["PHO"], d["PWO"]) != tuple(pool.shape[2:]):
+        raise AssertionError(f"kgen's pooled size {(d['PHO'], d['PWO'])} disagrees with PyTorch's {tuple(pool.shape[2:])}")
+    return spec
+
+
+# ------------------------------------------------------------------------------------------------------ tiling
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _r(a: int, b: int) -> int:
+    return _ceil(a, b) * b
+
+
+def derive(spec: Spec) -> dict:
+    """Tiling values the kernel template needs besides the problem constants."""
+    s = spec
+    HO = (s.H + 2 * s.PH - s.DH * (s.KH - 1) - 1) // s.SH + 1
+    WO = (s.W + 2 * s.PW - s.DW * (s.KW - 1) - 1) // s.SW + 1
+    if HO < s.PKH or WO < s.PKW:
+        raise Unsupported(f"the pool window {s.PKH}x{s.PKW} is larger than the conv output {HO}x{WO}")
+    PHO = (HO - s.PKH) // s.PSH + 1
+    PWO = (WO - s.PKW) // s.PSW + 1
+    PR = (s.PKH - 1) * s.SH + (s.KH - 1) * s.DH + 1
+    PC = (s.PKW - 1) * s.SW + (s.KW - 1) * s.DW + 1
+    S_H, S_W = s.PSH * s.SH, s.PSW * s.SW
+    KK = s.KH * s.KW
+    CO16 = _r(s.CO, 16)
+    COCH = min(CO16, 64)
+    CO_ALL = _r(CO16, COCH)
+
+    def best_tile(budget: int, halo: bool):
+        best = None
+        for tpw in range(1, min(PWO, 64) + 1):
+            for tph in range(1, min(PHO, 64) + 1):
+                th, tw = _ceil(PHO, tph), _ceil(PWO, tpw)
+                hh = 0 if (not halo or th == 1) else (PR - 1) // S_H
+                hw = 0 if (not halo or tw == 1) else (PC - 1) // S_W
+                m = (tph + hh) * (tpw + hw)
+                if m > budget:
+                    continue
+                cost = th * tw * (_r(m, 16) + 48)  # + per-tile overhead
+                key = (cost, -tph * tpw, tph)
+                if best is None or key < best[0]:
+                    best = (key, tph, tpw, _r(m, 16))
+        return best
+
+    f = best_tile(256, False)
+    TPH, TPW, F_MPAD = f[1], f[2], f[3]
+    b = None
+    for budget in (160, 256, 512, 1024, 4096):
+        b = best_tile(budget, True)
+        if b is not None:
+            break
+    if b is None:
+        raise Unsupported(f"pool/conv windows ({PR}x{PC} input pixels per pooled output) are too large for the backward tiling")
+    TPH_B, TPW_B, B_MPAD = b[1], b[2], b[3]
+
+    def smem(ci_chunk: int) -> tuple[int, int]:
+        kc8 = _r(ci_chunk * KK, 8)
+        kp = kc8 + 4
+        fw = (CO_ALL * kp + F_MPAD * kp + 32) * 4
+        bw = (CO_ALL * kp + B_MPAD * kp + B_MPAD * (CO_ALL + 4) + B_MPAD + 32) * 4
+        return fw, bw
+
+    kmax = max(72, _r(KK, 8))
+    CI_CHUNK = 1
+    for c in range(s.CI, 0, -1):
+        if _r(c * KK, 8) <= kmax and max(smem(c)) <= 200 * 1024:
+            CI_CHUNK = c
+            break
+    if max(smem(CI_CHUNK)) > SMEM_LIMIT:
+        raise Unsupported(f"out_channels={s.CO} with a {s.KH}x{s.KW} kernel does not fit the template's shared-memory tiling")
+    return dict(TPH=TPH, TPW=TPW, TPH_B=TPH_B, TPW_B=TPW_B, CI_CHUNK=CI_CHUNK, GRID_BWD=264,
+                HO=HO, WO=WO, PHO=PHO, PWO=PWO, F_SMEM=smem(CI_CHUNK)[0], B_SMEM=smem(CI_CHUNK)[1])
+
+
+def context(spec: Spec) -> dict:
+    return {**vars(spec), **derive(spec)}
+
+
+def describe(spec: Spec) -> list[str]:
+    d = derive(spec)
+    return [
+        "Conv2d then AvgPool2d is one linear map: each pooled pre-activation is bias + (1/DIV) * W . Bs, where Bs is the",
+        f"{spec.PKH}x{spec.PKW} box sum of the input at each conv tap. forward: ONE kernel; each block loads the input rows",
+        f"under a {d['TPH']}x{d['TPW']} tile of pooled positions to shared memory, forms Bs, runs the positions x {spec.CO} x",
+        f"{spec.CI * spec.KH * spec.KW} GEMM on tensor cores in 3xTF32 (fp32 accuracy), applies {spec.ACT}, and reduces; block",
+        "partials are summed in a fixed order by the last block of each sample (deterministic). backward: recomputes the",
+        "pre-activations per tile (nothing of size batch x channels x H' x W' is stored), gathers grad_x through the pool",
+        "box and conv taps, and reduces grad_weight / grad_bias from per-block partials in a fixed order.",
+    ]
+
+
+def _attr_expr(path: str) -> str:
+    expr = "self"
+    for part in path.split("."):
+        expr = f"{expr}.{part}" if part.isidentifier() else f"getattr({expr}, {part!r})"
+    return expr
+
+
+def _holders(path: str) -> list[str]:
+    parts = path.split(".")[:-1]
+    return [".".join(parts[: i + 1]) for i in range(len(parts))]
+
+
+def reference_init_matches(spec: Spec, problem: Problem) -> bool:
+    """Does Model(*init) under a seed draw the same conv parameters as nn.Conv2d's default init would?"""
+    numel = spec.CO * spec.CI * spec.KH * spec.KW
+    if numel > 1 << 24:
+        return True  # too large to check cheaply on the CPU; ModelNew mirrors nn.Conv2d's default init
+    torch.manual_seed(0)
+    model = problem.namespace["Model"](*problem.init_args)
+    state = model.state_dict()
+    torch.manual_seed(0)
+    w = torch.empty(spec.CO, spec.CI, spec.KH, spec.KW)
+    torch.nn.init.kaiming_uniform_(w, a=math.sqrt(5))
+    ok = torch.equal(state[spec.weight_name], w)
+    if spec.HAS_BIAS:
+        bound = 1 / math.sqrt(spec.CI * spec.KH * spec.KW)
+        ok = ok and torch.equal(state[spec.bias_name], torch.empty(spec.CO).uniform_(-bound, bound))
+    return ok
+
+
+def module_context(spec: Spec, problem: Problem) -> dict:
+    if not reference_init_matches(spec, problem):
+        warnings.warn(f"{problem.path.name}: Model initializes {spec.weight_name} differently from nn.Conv2d's default; "
+                      "ModelNew uses the default, so load Model's state_dict into it for equal parameters", stacklevel=2)
+    module_path = spec.weight_name.rsplit(".", 1)[0]
+    holders = sorted(set(_holders(spec.weight_name)))
+    return {
+        "holders": [(p.rsplit(".", 1)[0] if "." in p else "", p.rsplit(".", 1)[-1]) for p in holders],
+        "conv_expr": _attr_expr(module_path),
+        "fan_in": spec.CI * spec.KH * spec.KW,
+    }
+
+
+def traffic(spec: Spec, n: int) -> tuple[int, int]:
+    """Fewest bytes moved: forward reads x once; forward+backward reads x twice and writes grad_x."""
+    x = 4 * n * spec.CI * spec.H * spec.W
+    return x, 3 * x
