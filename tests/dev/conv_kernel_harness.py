@@ -82,8 +82,8 @@ def derive(spec):
     def smem(ci_chunk):
         kc8 = _r(ci_chunk * KK, 8)
         kp = kc8 + 4
-        fw = (CO_ALL * kp + F_MPAD * kp + 32) * 4
-        bw = (CO_ALL * kp + B_MPAD * kp + B_MPAD * (CO_ALL + 4) + B_MPAD + 32) * 4
+        fw = (CO_ALL * kp + F_MPAD * kp + 32 + CO_ALL) * 4
+        bw = (CO_ALL * kp + B_MPAD * kp + B_MPAD * (CO_ALL + 4) + B_MPAD + CO_ALL) * 4
         return fw, bw
 
     kmax = max(72, _r(KK, 8))
@@ -411,6 +411,7 @@ def main():
     ap.add_argument("--compile", action="store_true", help="also time torch.compile")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--render-only", default=None, help="render + nvcc -c into DIR, no GPU")
+    ap.add_argument("--profile", action="store_true", help="only run bundled fwd+bwd a few times (for ncu)")
     ap.add_argument("--time-acts", default="tanh", help="comma list of ACTs to time on the bundled shape")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
@@ -421,6 +422,26 @@ def main():
         logf.write(s + "\n")
         logf.flush()
 
+    if args.profile:
+        import torch
+        sp = make_spec(act="tanh")
+        work = tempfile.mkdtemp(prefix="kgen_prof_")
+        name, so, ptx, _ = compile_so(sp, work)
+        print("\n".join(ptx))
+        subprocess.run(f"cuobjdump -sass {so} > {os.path.join(args.out, 'bundled.sass')}", shell=True)
+        kern = Kernel(name, so)
+        n = 128
+        conv = torch.nn.Conv2d(8, 64, 3).cuda()
+        w, b = conv.weight.detach().contiguous(), conv.bias.detach().contiguous()
+        x = torch.rand(n, 8, 384, 384, device="cuda")
+        out, go = torch.empty(n, device="cuda"), torch.ones(n, device="cuda")
+        gx, gw, gb = torch.empty_like(x), torch.empty_like(w), torch.empty_like(b)
+        ws = kern.workspace(n)
+        for _ in range(2):
+            kern.forward(x, w, b, out, ws, n)
+            kern.backward(go, x, w, b, gx, gw, gb, ws, n)
+        torch.cuda.synchronize()
+        return
     cs = cases(args.quick)
     time_specs = {a: make_spec(act=a) for a in args.time_acts.split(",") if a}
     specs = {lbl: sp for lbl, sp, _, _ in cs}
