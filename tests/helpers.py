@@ -83,3 +83,56 @@ def poison_cuda_allocator(numel: int) -> None:
     """Fill freed caching-allocator blocks with NaN so an output allocated next shows any element left unwritten."""
     junk = torch.full((numel,), float("nan"), device="cuda")
     del junk
+
+
+ACT_CODE = {
+    "sigmoid": "torch.sigmoid(x)", "tanh": "torch.tanh(x)", "relu": "torch.relu(x)", "gelu": "F.gelu(x)",
+    "gelu_tanh": "F.gelu(x, approximate='tanh')", "none": "x",
+}
+
+
+def conv_problem(shape, conv: dict, pool: dict, act: str = "sigmoid", reduce: str = "sum", keepdim: bool = False,
+                 functional_pool: bool = False, dims=(1, 2, 3)) -> str:
+    """A Conv2d -> AvgPool2d -> activation -> sum/mean problem file (conv/pool kwargs as literals)."""
+    conv_args = ", ".join(f"{k}={v!r}" for k, v in conv.items())
+    pool_args = ", ".join(f"{k}={v!r}" for k, v in pool.items())
+    pool_call = f"F.avg_pool2d(x, {pool_args})" if functional_pool else "self.pool(x)"
+    keep = ", keepdim=True" if keepdim else ""
+    return f'''import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d({conv_args})
+        self.pool = nn.AvgPool2d({pool_args})
+
+    def forward(self, x):
+        x = self.conv(x)
+        x = {pool_call}
+        x = {ACT_CODE[act]}
+        return torch.{reduce}(x, dim={list(dims)!r}{keep})
+
+
+def get_inputs():
+    return [torch.rand{tuple(shape)!r}]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def reference_and_new(source: str, name: str | None = None, seed: int = 0):
+    """(Model, ModelNew) on CUDA with equal parameters: the problem's own Model is the reference."""
+    ns = generate_module(source, name)
+    user: dict = {"__name__": "kgen_reference"}
+    exec(compile(source, "<problem>", "exec"), user)
+    init = user["get_init_inputs"]()
+    torch.manual_seed(seed)
+    model = user["Model"](*init)
+    new = ns["ModelNew"](*init)
+    new.load_state_dict(model.state_dict())
+    return model.cuda(), new.cuda(), ns, user

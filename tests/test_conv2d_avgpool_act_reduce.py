@@ -1,0 +1,188 @@
+"""conv2d_avgpool_act_reduce family: pattern matching and spec (CPU); fused kernels against PyTorch (GPU)."""
+
+import pytest
+import torch
+
+from kgen.errors import KgenError
+from kgen.families import conv2d_avgpool_act_reduce as fam
+from kgen.problem import load_problem
+from kgen.spec import match
+from tests.helpers import conv_problem, generate_module, poison_cuda_allocator, reference_and_new, write_problem
+
+# (input shape, Conv2d kwargs, AvgPool2d kwargs, activation, reduction, extra problem options)
+CONFIGS = [
+    ((2, 8, 32, 36), dict(in_channels=8, out_channels=16, kernel_size=3), dict(kernel_size=4), "sigmoid", "sum", {}),
+    ((3, 3, 17, 19), dict(in_channels=3, out_channels=16, kernel_size=1), dict(kernel_size=2), "relu", "mean", {}),
+    ((2, 4, 23, 29), dict(in_channels=4, out_channels=8, kernel_size=5, padding=2), dict(kernel_size=3, stride=2), "tanh", "sum", {}),
+    ((2, 3, 41, 37), dict(in_channels=3, out_channels=16, kernel_size=3, stride=2), dict(kernel_size=2), "gelu", "mean", {}),
+    ((1, 5, 30, 31), dict(in_channels=5, out_channels=12, kernel_size=3, dilation=2), dict(kernel_size=3, stride=3), "gelu_tanh", "sum", {}),
+    ((2, 6, 24, 27), dict(in_channels=6, out_channels=20, kernel_size=(3, 5), padding=(1, 2), bias=False),
+     dict(kernel_size=(2, 3), stride=(2, 1)), "none", "sum", {}),
+    ((2, 3, 20, 20), dict(in_channels=3, out_channels=8, kernel_size=3), dict(kernel_size=2, divisor_override=3), "sigmoid", "mean",
+     dict(keepdim=True, functional_pool=True)),
+    ((2, 8, 64, 64), dict(in_channels=8, out_channels=64, kernel_size=3), dict(kernel_size=4), "tanh", "sum", {}),
+    ((1, 2, 13, 11), dict(in_channels=2, out_channels=7, kernel_size=3), dict(kernel_size=3, stride=2), "sigmoid", "sum", {}),
+    ((2, 16, 20, 20), dict(in_channels=16, out_channels=32, kernel_size=5), dict(kernel_size=2), "sigmoid", "sum", dict(dims=(3, 1, -2))),
+]
+
+
+def ids(cfg):
+    shape, conv, pool, act, red, extra = cfg
+    return f"{'x'.join(map(str, shape))}_k{conv['kernel_size']}_co{conv['out_channels']}_p{pool['kernel_size']}_{act}_{red}"
+
+
+def source(cfg) -> str:
+    shape, conv, pool, act, red, extra = cfg
+    return conv_problem(shape, conv, pool, act, red, **extra)
+
+
+def problem_sources():
+    """Every problem the GPU tier generates (the device prebuild compiles them in parallel)."""
+    return [source(c) for c in CONFIGS]
+
+
+# ------------------------------------------------------------------------------------------------------- CPU tier
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=ids)
+def test_spec_shapes_match_pytorch(cfg):
+    shape, conv, pool, act, red, extra = cfg
+    problem = load_problem(write_problem(source(cfg)))
+    family, spec = match(problem)
+    assert family is fam
+    d = fam.derive(spec)
+    ref = torch.nn.AvgPool2d(**pool)(torch.nn.Conv2d(**conv)(torch.rand(shape)))
+    assert (spec.CO, d["PHO"], d["PWO"]) == tuple(ref.shape[1:])
+    assert spec.ACT == act and spec.REDUCE == red and spec.HAS_BIAS == conv.get("bias", True)
+
+
+def test_bundled_spec():
+    spec = match(load_problem("kgen/problems/conv2d_avgpool_sigmoid_sum.py"))[1]
+    assert (spec.CI, spec.CO, spec.H, spec.W, spec.KH, spec.PKH, spec.PSH, spec.DIV) == (8, 64, 384, 384, 3, 4, 4, 16)
+    assert fam.derive(spec)["PHO"] == 95 and spec.weight_name == "conv.weight" and spec.bias_name == "conv.bias"
+
+
+CONV = dict(in_channels=3, out_channels=8, kernel_size=3)
+
+
+@pytest.mark.parametrize("forward,message", [
+    ("x = self.conv(x)\n        x = self.pool(x)\n        return torch.sum(torch.sigmoid(x), dim=[2, 3])", r"dims \[2, 3\]"),
+    ("x = self.conv(x)\n        x = torch.relu(x)\n        return torch.sum(self.pool(x), dim=[1, 2, 3])", r":\d+: .*relu.* breaks .*expected AvgPool2d"),
+    ("x = self.conv(x)\n        x = self.pool(x)\n        return torch.sum(torch.exp(x), dim=[1, 2, 3])", r"exp.* breaks .*activation"),
+    ("x = self.conv(x)\n        x = self.pool(x)\n        return torch.sum(torch.sigmoid(x), dim=[1, 2, 3]) * 2", r"breaks .*end of forward"),
+    ("x = self.conv(x)\n        return self.pool(x)", r"ends before a sum/mean"),
+    ("return torch.sum(self.conv(x), dim=[1, 2, 3])", r"breaks .*expected AvgPool2d"),
+    ("x = self.conv(x)\n        x = F.avg_pool2d(x, 2, padding=1)\n        return torch.sum(x, dim=[1, 2, 3])", r"padding=\(1, 1\)"),
+])
+def test_partial_chains_are_refused_naming_the_first_breaking_op(forward, message):
+    src = conv_problem((2, 3, 16, 16), CONV, dict(kernel_size=2)).replace(
+        "x = self.conv(x)\n        x = self.pool(x)\n        x = torch.sigmoid(x)\n        return torch.sum(x, dim=[1, 2, 3])", forward)
+    with pytest.raises(KgenError, match=message):
+        match(load_problem(write_problem(src)))
+
+
+def test_groups_refused():
+    src = conv_problem((2, 4, 16, 16), dict(in_channels=4, out_channels=8, kernel_size=3, groups=2), dict(kernel_size=2))
+    with pytest.raises(KgenError, match="groups=2"):
+        match(load_problem(write_problem(src)))
+
+
+@pytest.mark.parametrize("seed", [0, 7])
+def test_parameters_have_models_names_and_initialization(seed):
+    import runpy
+
+    ns = generate_module(open("kgen/problems/conv2d_avgpool_sigmoid_sum.py").read(), name="conv2d_avgpool_sigmoid_sum")
+    user = runpy.run_path("kgen/problems/conv2d_avgpool_sigmoid_sum.py")
+    init = user["get_init_inputs"]()
+    torch.manual_seed(seed)
+    a = user["Model"](*init).state_dict()
+    torch.manual_seed(seed)
+    new = ns["ModelNew"](*init)
+    b = new.state_dict()
+    assert list(a) == list(b) == ["conv.weight", "conv.bias"]
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+    new.load_state_dict(a)
+    user["Model"](*init).load_state_dict(b)
+
+
+def test_no_bias_model_has_no_bias_parameter():
+    ns = generate_module(source(CONFIGS[5]))
+    assert list(ns["ModelNew"]().state_dict()) == ["conv.weight"]
+
+
+# ------------------------------------------------------------------------------------------------------- GPU tier
+
+
+def check(cfg_source, batch=None, seed=0):
+    torch.backends.cudnn.allow_tf32 = False
+    model, new, ns, user = reference_and_new(cfg_source, seed=seed)
+    with torch.device("meta"):
+        shape = user["get_inputs"]()[0].shape
+    n = shape[0] if batch is None else batch
+    x = torch.rand((n,) + tuple(shape[1:]), device="cuda", requires_grad=True)
+    xr = x.detach().clone().requires_grad_(True)
+    ref = model(xr)
+    poison_cuda_allocator(4 * x.numel() + 4096)
+    out = new(x)
+    torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4)
+    with torch.no_grad():
+        out64 = model.double()(x.detach().double())
+        model.float()
+    rel = ((out.double() - out64).norm() / out64.norm().clamp_min(1e-30)).item()
+    g = torch.randn_like(ref)
+    ref.backward(g)
+    poison_cuda_allocator(4 * x.numel() + 4096)
+    out.backward(g)
+    torch.testing.assert_close(x.grad, xr.grad, atol=1e-4, rtol=1e-4)
+    for (name, p), (_, pr) in zip(new.named_parameters(), model.named_parameters()):
+        torch.testing.assert_close(p.grad, pr.grad, atol=1e-4, rtol=1e-4, msg=lambda m: f"{name}: {m}")
+    again = new(x)
+    assert torch.equal(again, out), "forward is not bit-identical across runs"
+    return rel
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cfg", CONFIGS, ids=ids)
+def test_forward_and_gradients_match_pytorch(cfg):
+    rel = check(source(cfg))
+    print(f"{ids(cfg)}: relative error vs float64 {rel:.2e}")
+    assert rel < 1e-5
+
+
+@pytest.mark.gpu
+def test_other_batch_sizes():
+    check(source(CONFIGS[0]), batch=5)
+    model, new, ns, user = reference_and_new(source(CONFIGS[0]))
+    out = new(torch.rand(0, 8, 32, 36, device="cuda", requires_grad=True))
+    assert out.shape == (0,)
+
+
+@pytest.mark.gpu
+def test_opcheck_and_compile_fullgraph():
+    model, new, ns, user = reference_and_new(source(CONFIGS[8]))
+    x = torch.rand(2, 2, 13, 11, device="cuda", requires_grad=True)
+    conv = new.conv
+    torch.library.opcheck(getattr(torch.ops, ns["KGEN_NAMESPACE"]).forward, (x, conv.weight, conv.bias))
+    compiled = torch.compile(new, fullgraph=True)
+    torch.testing.assert_close(compiled(x), new(x), atol=0, rtol=0)
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_bundled_problem_full_size():
+    torch.backends.cudnn.allow_tf32 = False
+    src = open("kgen/problems/conv2d_avgpool_sigmoid_sum.py").read()
+    model, new, ns, user = reference_and_new(src, name="conv2d_avgpool_sigmoid_sum")
+    x = torch.rand(128, 8, 384, 384, device="cuda", requires_grad=True)
+    xr = x.detach().clone().requires_grad_(True)
+    ref = model(xr)
+    out = new(x)
+    torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4)
+    g = torch.randn_like(ref)
+    ref.backward(g)
+    out.backward(g)
+    torch.testing.assert_close(x.grad, xr.grad, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(new.conv.weight.grad, model.conv.weight.grad, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(new.conv.bias.grad, model.conv.bias.grad, atol=1e-4, rtol=1e-4)
+    assert torch.equal(new(x), out)
