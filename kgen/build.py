@@ -76,6 +76,8 @@ def kgen_compile(ext_name, build_dir, cuda_source, cpp_source, arch):
         path = os.path.join(build_dir, stale)
         if os.path.exists(path):
             os.remove(path)
+    with open(os.path.join(build_dir, "kgen_builds.log"), "a") as log:  # one line per compilation (tests count them)
+        log.write("build pid=%d\n" % os.getpid())
     kwargs = {}
     if "no_implicit_headers" in cpp_ext.load_inline.__code__.co_varnames:
         kwargs["no_implicit_headers"] = True

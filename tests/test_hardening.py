@@ -1,0 +1,216 @@
+"""Hardening, one shared harness over every family: bad inputs, layouts, NaN/Inf, partial gradients, and the
+build cache (killed builds, concurrent imports, corrupted entries, compiler errors)."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from kgen.families import FAMILIES
+from tests.helpers import avg_pool_problem, conv_problem, generate_module, reference_and_new
+
+# One small problem per family; every family must have one (test_every_family_is_covered).
+FAMILY_PROBLEMS = {
+    "avg_pool2d": avg_pool_problem((3, 4, 21, 24), dict(kernel_size=3, stride=2, padding=1)),
+    "conv2d_avgpool_act_reduce": conv_problem((2, 3, 18, 20), dict(in_channels=3, out_channels=8, kernel_size=3),
+                                              dict(kernel_size=2)),
+}
+FAMS = sorted(FAMILY_PROBLEMS)
+
+
+def test_every_family_is_covered():
+    assert set(FAMILY_PROBLEMS) == {f.NAME for f in FAMILIES}
+
+
+def setup(family, seed=0):
+    torch.backends.cudnn.allow_tf32 = False
+    model, new, ns, user = reference_and_new(FAMILY_PROBLEMS[family], seed=seed)
+    with torch.device("meta"):
+        shape = tuple(user["get_inputs"]()[0].shape)
+    return model, new, shape
+
+
+def run_both(model, new, x, grads=True):
+    xr = x.detach().clone().requires_grad_(x.requires_grad)
+    ref, out = model(xr), new(x)
+    torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4, equal_nan=True)
+    if grads:
+        g = torch.randn_like(ref)
+        ref.backward(g)
+        out.backward(g)
+        if x.requires_grad:
+            torch.testing.assert_close(x.grad, xr.grad, atol=1e-4, rtol=1e-4)
+        for (name, p), (_, pr) in zip(new.named_parameters(), model.named_parameters()):
+            if pr.requires_grad:
+                torch.testing.assert_close(p.grad, pr.grad, atol=1e-4, rtol=1e-4)
+            else:
+                assert p.grad is None, name
+    return out
+
+
+# --------------------------------------------------------------------------------------------- bad inputs (GPU)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("family", FAMS)
+def test_cpu_input_names_the_device(family):
+    model, new, shape = setup(family)
+    with pytest.raises(RuntimeError, match=r"input x must be a CUDA tensor, got device cpu; move it with \.cuda\(\)"):
+        new(torch.rand(shape))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("family", FAMS)
+@pytest.mark.parametrize("dtype,name", [(torch.float64, "Double"), (torch.float16, "Half"), (torch.int32, "Int")])
+def test_wrong_dtype_names_expected_and_received(family, dtype, name):
+    model, new, shape = setup(family)
+    x = (torch.rand(shape, device="cuda") * 10).to(dtype)
+    with pytest.raises(RuntimeError, match=f"input x must be float32, got {name}"):
+        new(x)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("family", FAMS)
+@pytest.mark.parametrize("change", ["rank", "channels", "height", "width"])
+def test_wrong_shape_names_expected_and_received(family, change):
+    model, new, shape = setup(family)
+    n, c, h, w = shape
+    bad = {"rank": (c, h, w), "channels": (n, c + 1, h, w), "height": (n, c, h + 3, w), "width": (n, c, h, w - 2)}[change]
+    want = f"[N, {c}, {h}, {w}]"
+    with pytest.raises(RuntimeError, match=r"has shape \[" + ", ".join(map(str, bad)) + r"\] but this module was generated for "
+                       + want.replace("[", r"\[").replace("]", r"\]") + r".*regenerate with `kgen generate`"):
+        new(torch.rand(bad, device="cuda"))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("family", FAMS)
+def test_non_contiguous_and_channels_last_inputs_are_correct(family):
+    model, new, (n, c, h, w) = setup(family)
+    transposed = torch.rand(n, c, w, h, device="cuda").transpose(2, 3).requires_grad_(True)
+    assert not transposed.is_contiguous()
+    run_both(model, new, transposed)
+    model.zero_grad(), new.zero_grad()
+    cl = torch.rand(n, c, h, w, device="cuda").to(memory_format=torch.channels_last).requires_grad_(True)
+    run_both(model, new, cl)
+    sliced = torch.rand(n, c + 2, h, w + 5, device="cuda")[:, 1:-1, :, 3:-2]
+    run_both(model, new, sliced, grads=False)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("family", FAMS)
+def test_batch_sizes_including_zero(family):
+    model, new, (n, c, h, w) = setup(family)
+    run_both(model, new, torch.rand(n + 3, c, h, w, device="cuda", requires_grad=True))
+    x0 = torch.rand(0, c, h, w, device="cuda", requires_grad=True)
+    out = new(x0)
+    assert out.shape == model(x0).shape
+    out.sum().backward()
+    assert x0.grad.shape == x0.shape
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("family", FAMS)
+def test_nan_and_inf_propagate_as_in_pytorch(family):
+    model, new, (n, c, h, w) = setup(family)
+    x = torch.rand(n, c, h, w, device="cuda")
+    x[0, 0, 1, 1] = float("nan")
+    x[-1, -1, h // 2, w // 2] = float("inf")
+    x[-1, 0, h - 2, 3] = float("-inf")
+    out = run_both(model, new, x, grads=False)
+    assert torch.isnan(out).any() or torch.isinf(out).any()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("family", FAMS)
+def test_gradients_for_only_some_inputs(family):
+    model, new, (n, c, h, w) = setup(family)
+    for p in list(model.parameters()) + list(new.parameters()):
+        p.requires_grad_(False)
+    run_both(model, new, torch.rand(n, c, h, w, device="cuda", requires_grad=True))  # x only
+    if list(new.parameters()):
+        for p in list(model.parameters()) + list(new.parameters()):
+            p.requires_grad_(True)
+        run_both(model, new, torch.rand(n, c, h, w, device="cuda"))  # parameters only; x.grad never made
+
+
+# ------------------------------------------------------------------------------------------- build cache (GPU)
+
+
+def fresh_module(tmp_path: Path, source_edit=None) -> Path:
+    """A generated module file for a small problem, optionally with its CUDA source edited."""
+    import hashlib
+
+    from kgen import emit
+    from tests.helpers import write_problem
+
+    src = avg_pool_problem((2, 3, 20, 24), dict(kernel_size=3, stride=1, padding=1))
+    gen = emit.generate(write_problem(src))
+    text = gen.files["model_new.py"]
+    if source_edit is not None:
+        text = source_edit(text)
+    path = tmp_path / f"m_{hashlib.sha256(text.encode()).hexdigest()[:8]}.py"
+    path.write_text(text)
+    return path
+
+
+def spawn(path: Path, cache: Path) -> subprocess.Popen:
+    code = f"import torch; exec(open({str(path)!r}).read(), {{'__name__': 'x'}}); print('loaded')"
+    return subprocess.Popen([sys.executable, "-c", code], env=dict(os.environ, KGEN_CACHE_DIR=str(cache)),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def builds(cache: Path) -> int:
+    return sum(len(p.read_text().splitlines()) for p in cache.glob("kgen_*/kgen_builds.log"))
+
+
+@pytest.mark.gpu
+def test_killed_build_then_fresh_import_rebuilds(tmp_path):
+    path, cache = fresh_module(tmp_path), tmp_path / "cache"
+    p = spawn(path, cache)
+    deadline = time.time() + 60
+    while not list(cache.glob("kgen_*/*.cu")) and time.time() < deadline:
+        time.sleep(0.05)
+    time.sleep(1.0)  # inside the compiler now
+    os.killpg(p.pid, signal.SIGKILL)
+    p.wait()
+    q = spawn(path, cache)
+    out, err = q.communicate(timeout=300)
+    assert q.returncode == 0 and "loaded" in out, err[-3000:]
+    assert builds(cache) == 2
+
+
+@pytest.mark.gpu
+def test_concurrent_imports_compile_once(tmp_path):
+    path, cache = fresh_module(tmp_path), tmp_path / "cache"
+    procs = [spawn(path, cache) for _ in range(2)]
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0 and "loaded" in out, err[-3000:]
+    assert builds(cache) == 1
+
+
+@pytest.mark.gpu
+def test_truncated_cache_entry_is_rebuilt_not_loaded(tmp_path):
+    path, cache = fresh_module(tmp_path), tmp_path / "cache"
+    p = spawn(path, cache)
+    assert p.wait(timeout=300) == 0
+    (so,) = cache.glob("kgen_*/kgen_*.so")
+    so.write_bytes(so.read_bytes()[: so.stat().st_size // 2])
+    q = spawn(path, cache)
+    out, err = q.communicate(timeout=300)
+    assert q.returncode == 0 and "loaded" in out, err[-3000:]
+    assert builds(cache) == 2
+
+
+@pytest.mark.gpu
+def test_build_failure_shows_compiler_errors_and_source_path(tmp_path):
+    path = fresh_module(tmp_path, lambda t: t.replace("namespace {\n", "namespace {\nthis is not C++;\n", 1))
+    p = spawn(path, tmp_path / "cache")
+    out, err = p.communicate(timeout=300)
+    assert p.returncode != 0
+    assert "building extension kgen_avg_pool2d_" in err and "cuda.cu" in err and "error" in err, err[-3000:]
