@@ -151,3 +151,25 @@ def test_bundled_problem_full_size():
         ref(xs).backward(g[b:b + 4])
         torch.testing.assert_close(x.grad[b:b + 4], xs.grad, atol=1e-4, rtol=1e-4)
         del xs
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_output_over_2_31_elements():
+    """Stride-1 pooling whose output has more than 2^31 elements, forward and backward, against PyTorch on slices."""
+    shape, kw = (2, 64, 4096, 4100), dict(kernel_size=2, stride=1)
+    ns = generate_module(avg_pool_problem(shape, kw))
+    model = ns["ModelNew"](*ns["get_init_inputs"]()).cuda()
+    ref = nn.AvgPool2d(**kw)
+    x = torch.rand(shape, device="cuda", requires_grad=True)
+    y = model(x)
+    assert y.numel() > 2**31
+    g = torch.randn_like(y)
+    y.backward(g)
+    for b in range(shape[0]):
+        xs = x.detach()[b:b + 1].clone().requires_grad_(True)
+        ys = ref(xs)
+        torch.testing.assert_close(y[b:b + 1].detach(), ys, atol=1e-4, rtol=1e-4)
+        ys.backward(g[b:b + 1])
+        torch.testing.assert_close(x.grad[b:b + 1], xs.grad, atol=1e-4, rtol=1e-4)
+        del xs, ys
