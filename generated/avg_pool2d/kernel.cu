@@ -1,4 +1,4 @@
-// kgen_avg_pool2d_dd17cd7f: AvgPool2d forward and backward, specialized by kgen.
+// kgen_avg_pool2d_46f04745: AvgPool2d forward and backward, specialized by kgen.
 // x [N, 64, 2048, 2048] -> y [N, 64, 186, 186]; kernel 11x11, stride 11x11,
 // padding 0x0, ceil_mode=False, count_include_pad=True, divisor_override=None.
 // N is a run-time value; everything else is compile-time. All indexing that scales with N is 64-bit.
@@ -50,6 +50,17 @@ inline unsigned int grid_for(int64_t tiles) {
   return static_cast<unsigned int>(tiles < cap ? tiles : cap);
 }
 
+// Blocks of `kernel` that fit on the current device at once (multiprocessors x blocks per multiprocessor), for
+// persistent grids; <= 0 if the query fails.
+template <typename Kernel>
+inline int64_t resident_blocks(Kernel kernel, int threads, size_t smem = 0) {
+  int dev = 0, sms = 0, per_sm = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return -1;
+  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) return -1;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem) != cudaSuccess) return -1;
+  return static_cast<int64_t>(sms) * per_sm;
+}
+
 }  // namespace kgen
 
 namespace {
@@ -64,6 +75,7 @@ constexpr int VEC = 4;  // floats per global access (W % VEC == 0)
 constexpr int F_ROWS = 1, F_COLS = 186, F_THREADS = 512;
 constexpr int F_ROW_TILES = (HO + F_ROWS - 1) / F_ROWS, F_COL_TILES = (WO + F_COLS - 1) / F_COLS;
 constexpr int F_IN_ROWS = (F_ROWS - 1) * SH + KH;            // input rows one tile reads
+constexpr int F_MIN_BLOCKS = 2048 / F_THREADS < 2 ? 2048 / F_THREADS : 2;  // persistent variant: resident blocks per SM
 constexpr int F_SPAN = 2052;                          // colsum row length (>= input columns of a tile)
 // Backward tile: B_ROWS input rows x B_COLS input columns; each input element gathers its windows' gradients.
 constexpr int B_ROWS = 8, B_COLS = 2048, B_THREADS = 512;
@@ -86,65 +98,82 @@ __device__ __forceinline__ int window_divisor(int oh, int ow) {
   return COUNT_INCLUDE_PAD ? pool_size : (he - hs) * (we - ws);
 }
 
-// One block per tile (grid-stride). Pass 1: each thread sums VEC adjacent columns over the window rows of every
-// output row of the tile (F_IN_ROWS independent 16-byte loads in flight). Pass 2: each output sums KW column sums
-// from shared memory.
-__global__ void __launch_bounds__(F_THREADS) kgen_avg_pool2d_dd17cd7f_fwd(const float* __restrict__ x, float* __restrict__ y,
+// Pass 2 of the forward: each output of the tile adds its KW column sums from shared memory and divides by
+// PyTorch's divisor. colsum[r][c] holds input column ca + c summed over the window rows of output row oh0 + r.
+__device__ __forceinline__ void finish_tile(const float* __restrict__ colsum, float* __restrict__ y, int64_t plane,
+                                            int oh0, int ow0, int ca) {
+  for (int i = threadIdx.x; i < F_ROWS * F_COLS; i += F_THREADS) {
+    const int r = i / F_COLS, oh = oh0 + r, ow = ow0 + i % F_COLS;
+    if (oh < HO && ow < WO) {
+      const int w0 = ow * SW - PW;
+      float s = 0.f;
+#pragma unroll
+      for (int kx = 0; kx < KW; ++kx) {
+        const int iw = w0 + kx;
+        if (iw >= 0 && iw < W) s += colsum[r * F_SPAN + (iw - ca)];
+      }
+      const int div = window_divisor(oh, ow);
+      y[(plane * HO + oh) * WO + ow] = div ? s / static_cast<float>(div) : 0.f;
+    }
+  }
+}
+
+// Pass 1 for one VEC-column chunk: add input row j of the tile into every output row whose window holds it.
+__device__ __forceinline__ void accumulate(float (&acc)[F_ROWS][VEC], const kgen::Vec<VEC>& v, int j) {
+#pragma unroll
+  for (int r = 0; r < F_ROWS; ++r) {
+    if (j >= r * SH && j < r * SH + KH) {
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) acc[r][e] += v.v[e];
+    }
+  }
+}
+
+// Persistent forward (a row tile spans the whole width and one vector chunk per thread): each thread owns the same
+// VEC input columns of every tile and keeps the NEXT tile's F_IN_ROWS 16-byte loads in flight in registers while
+// the block finishes the current tile, so memory never idles between tiles.
+__global__ void __launch_bounds__(F_THREADS, F_MIN_BLOCKS) kgen_avg_pool2d_46f04745_fwd(const float* __restrict__ x, float* __restrict__ y,
                                                             int64_t tiles) {
   __shared__ float colsum[F_ROWS * F_SPAN];
-  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-    const int64_t plane = tile / (F_ROW_TILES * F_COL_TILES);
-    const int rem = static_cast<int>(tile % (F_ROW_TILES * F_COL_TILES));
-    const int oh0 = (rem / F_COL_TILES) * F_ROWS, ow0 = (rem % F_COL_TILES) * F_COLS;
-    const int ih0 = oh0 * SH - PH;
-    const int ca = kgen::floor_div(ow0 * SW - PW, VEC) * VEC;          // colsum[.][0] is input column ca
-    const int c_lo = kgen::imax(ca, 0);
-    const int c_hi = kgen::imin(kgen::imin(ow0 + F_COLS, WO) * SW - SW - PW + KW, W);  // one past the last column read
-    const float* __restrict__ xp = x + plane * (static_cast<int64_t>(H) * W);
-    for (int col = c_lo + threadIdx.x * VEC; col < c_hi; col += F_THREADS * VEC) {
-      float acc[F_ROWS][VEC];
+  constexpr int CA = kgen::floor_div(-PW, VEC) * VEC;
+  constexpr int C_HI = kgen::imin((WO - 1) * SW - PW + KW, W);
+  const int col = kgen::imax(CA, 0) + threadIdx.x * VEC;
+  const bool active = col < C_HI;
+  kgen::Vec<VEC> v[F_IN_ROWS];
+  auto fetch = [&](int64_t tile) {
+    const int64_t plane = tile / F_ROW_TILES;
+    const int ih0 = static_cast<int>(tile % F_ROW_TILES) * F_ROWS * SH - PH;
+    const float* __restrict__ xp = x + plane * (static_cast<int64_t>(H) * W) + col;
 #pragma unroll
-      for (int r = 0; r < F_ROWS; ++r)
+    for (int j = 0; j < F_IN_ROWS; ++j) {
+      const int ih = ih0 + j;
+      if (active && ih >= 0 && ih < H) {
+        v[j] = kgen::load<VEC>(xp + static_cast<int64_t>(ih) * W);
+      } else {
 #pragma unroll
-        for (int e = 0; e < VEC; ++e) acc[r][e] = 0.f;
-#pragma unroll
-      for (int j = 0; j < F_IN_ROWS; ++j) {
-        const int ih = ih0 + j;
-        kgen::Vec<VEC> v;
-        if (ih >= 0 && ih < H) {
-          v = kgen::load<VEC>(xp + static_cast<int64_t>(ih) * W + col);
-        } else {
-#pragma unroll
-          for (int e = 0; e < VEC; ++e) v.v[e] = 0.f;
-        }
-#pragma unroll
-        for (int r = 0; r < F_ROWS; ++r) {
-          if (j >= r * SH && j < r * SH + KH) {
-#pragma unroll
-            for (int e = 0; e < VEC; ++e) acc[r][e] += v.v[e];
-          }
-        }
+        for (int e = 0; e < VEC; ++e) v[j].v[e] = 0.f;
       }
+    }
+  };
+  int64_t tile = blockIdx.x;
+  if (tile < tiles) fetch(tile);
+  for (; tile < tiles; tile += gridDim.x) {
+    float acc[F_ROWS][VEC];
+#pragma unroll
+    for (int r = 0; r < F_ROWS; ++r)
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) acc[r][e] = 0.f;
+#pragma unroll
+    for (int j = 0; j < F_IN_ROWS; ++j) accumulate(acc, v[j], j);
+    if (tile + gridDim.x < tiles) fetch(tile + gridDim.x);
+    if (active) {
 #pragma unroll
       for (int r = 0; r < F_ROWS; ++r)
 #pragma unroll
-        for (int e = 0; e < VEC; ++e) colsum[r * F_SPAN + (col - ca) + e] = acc[r][e];
+        for (int e = 0; e < VEC; ++e) colsum[r * F_SPAN + (col - CA) + e] = acc[r][e];
     }
     __syncthreads();
-    for (int i = threadIdx.x; i < F_ROWS * F_COLS; i += F_THREADS) {
-      const int r = i / F_COLS, oh = oh0 + r, ow = ow0 + i % F_COLS;
-      if (oh < HO && ow < WO) {
-        const int w0 = ow * SW - PW;
-        float s = 0.f;
-#pragma unroll
-        for (int kx = 0; kx < KW; ++kx) {
-          const int iw = w0 + kx;
-          if (iw >= 0 && iw < W) s += colsum[r * F_SPAN + (iw - ca)];
-        }
-        const int div = window_divisor(oh, ow);
-        y[(plane * HO + oh) * WO + ow] = div ? s / static_cast<float>(div) : 0.f;
-      }
-    }
+    finish_tile(colsum, y, tile / F_ROW_TILES, static_cast<int>(tile % F_ROW_TILES) * F_ROWS, 0, CA);
     __syncthreads();
   }
 }
@@ -152,7 +181,7 @@ __global__ void __launch_bounds__(F_THREADS) kgen_avg_pool2d_dd17cd7f_fwd(const 
 // One block per tile of input rows x columns (grid-stride). Pass 1: for each tile row, gh[ow] = sum over the
 // windows (oh, ow) covering that row of grad_y / divisor. Pass 2: grad_x[ih, iw] = sum of gh over the windows
 // covering column iw; every element of grad_x is written (0 where no window reaches), with streaming stores.
-__global__ void __launch_bounds__(B_THREADS) kgen_avg_pool2d_dd17cd7f_bwd(const float* __restrict__ gy, float* __restrict__ gx,
+__global__ void __launch_bounds__(B_THREADS) kgen_avg_pool2d_46f04745_bwd(const float* __restrict__ gy, float* __restrict__ gx,
                                                             int64_t tiles) {
   __shared__ float gh[B_ROWS * B_GW];
   for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
@@ -206,16 +235,18 @@ __global__ void __launch_bounds__(B_THREADS) kgen_avg_pool2d_dd17cd7f_bwd(const 
 
 }  // namespace
 
-extern "C" cudaError_t kgen_avg_pool2d_dd17cd7f_forward(const float* x, float* y, int64_t n, cudaStream_t stream) {
+extern "C" cudaError_t kgen_avg_pool2d_46f04745_forward(const float* x, float* y, int64_t n, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   const int64_t tiles = n * C * F_ROW_TILES * F_COL_TILES;
-  kgen_avg_pool2d_dd17cd7f_fwd<<<kgen::grid_for(tiles), F_THREADS, 0, stream>>>(x, y, tiles);
+  const int64_t resident = kgen::resident_blocks(kgen_avg_pool2d_46f04745_fwd, F_THREADS);
+  if (resident <= 0) return cudaErrorInvalidConfiguration;
+  kgen_avg_pool2d_46f04745_fwd<<<kgen::grid_for(tiles < resident ? tiles : resident), F_THREADS, 0, stream>>>(x, y, tiles);
   return cudaGetLastError();
 }
 
-extern "C" cudaError_t kgen_avg_pool2d_dd17cd7f_backward(const float* grad_y, float* grad_x, int64_t n, cudaStream_t stream) {
+extern "C" cudaError_t kgen_avg_pool2d_46f04745_backward(const float* grad_y, float* grad_x, int64_t n, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   const int64_t tiles = n * C * B_ROW_TILES * B_COL_TILES;
-  kgen_avg_pool2d_dd17cd7f_bwd<<<kgen::grid_for(tiles), B_THREADS, 0, stream>>>(grad_y, grad_x, tiles);
+  kgen_avg_pool2d_46f04745_bwd<<<kgen::grid_for(tiles), B_THREADS, 0, stream>>>(grad_y, grad_x, tiles);
   return cudaGetLastError();
 }

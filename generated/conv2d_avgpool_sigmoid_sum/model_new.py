@@ -2,7 +2,7 @@
 
 Do not edit: regenerate with `kgen generate kgen/problems/conv2d_avgpool_sigmoid_sum.py` (a hand edit makes kgen refuse to overwrite
 this file without --force).
-kgen-checksum: f85f4a4f9df3b22a989b53d3a670846a747f1c13e2fbfd524044100d79ef41bf
+kgen-checksum: 902e9c92d2f1129e4fbeafcd4db657afa33b6fc712aa8b483cf9d56e6928939c
 
 Family conv2d_avgpool_act_reduce; spec 52613d086abfd65f:
     CI = 8
@@ -41,7 +41,7 @@ How it works:
 The CUDA and C++ sources below are also written beside this file (kernel.cu, binding.cpp) for reading. They are
 compiled on first import into the extension kgen_conv2d_avgpool_act_reduce_<hash> (the hash covers the sources, compiler flags,
 torch and CUDA versions and the GPU architecture), cached under $KGEN_CACHE_DIR (default ~/.cache/kgen), and
-loaded from there afterwards. Ops: torch.ops.kgen_conv2d_avgpool_act_reduce_2466d060.forward / .backward, with fake (meta) kernels and autograd
+loaded from there afterwards. Ops: torch.ops.kgen_conv2d_avgpool_act_reduce_addf6696.forward / .backward, with fake (meta) kernels and autograd
 registered below, so torch.compile(fullgraph=True) and torch.library.opcheck work.
 """
 
@@ -149,6 +149,8 @@ def kgen_compile(ext_name, build_dir, cuda_source, cpp_source, arch):
         path = os.path.join(build_dir, stale)
         if os.path.exists(path):
             os.remove(path)
+    with open(os.path.join(build_dir, "kgen_builds.log"), "a") as log:  # one line per compilation (tests count them)
+        log.write("build pid=%d\n" % os.getpid())
     kwargs = {}
     if "no_implicit_headers" in cpp_ext.load_inline.__code__.co_varnames:
         kwargs["no_implicit_headers"] = True
@@ -209,8 +211,8 @@ def kgen_load_extension(namespace, cuda_source, cpp_source):
     return ext_name
 
 # ---- generated kernels ------------------------------------------------------------------------------------------
-KGEN_NAMESPACE = "kgen_conv2d_avgpool_act_reduce_2466d060"
-KGEN_CUDA_SOURCE = r'''// kgen: fused Conv2d -> AvgPool2d -> sigmoid -> sum over [C,H,W]  (kgen_conv2d_avgpool_act_reduce_2466d060)
+KGEN_NAMESPACE = "kgen_conv2d_avgpool_act_reduce_addf6696"
+KGEN_CUDA_SOURCE = r'''// kgen: fused Conv2d -> AvgPool2d -> sigmoid -> sum over [C,H,W]  (kgen_conv2d_avgpool_act_reduce_addf6696)
 // Pool-first: conv followed by avg-pool is one linear map, so each pooled output is
 //   pre[n,co,ph,pw] = bias[co] + sum_k (W[co,k]/DIV) * Bs[n,ph,pw,k]   (k = ci*KH*KW + ky*KW + kx)
 // where Bs is a PKH x PKW box sum of the (zero-padded) input at the conv tap offsets.
@@ -222,7 +224,7 @@ KGEN_CUDA_SOURCE = r'''// kgen: fused Conv2d -> AvgPool2d -> sigmoid -> sum over
 #include <math.h>
 #include <cooperative_groups.h>
 
-namespace kgen_conv2d_avgpool_act_reduce_2466d060_ns {
+namespace kgen_conv2d_avgpool_act_reduce_addf6696_ns {
 namespace cg = cooperative_groups;
 
 
@@ -237,7 +239,7 @@ __device__ __forceinline__ void kg_split(float v, uint32_t& hi, uint32_t& lo) {
 }
 __device__ __forceinline__ void kg_mma(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                        uint32_t b0, uint32_t b1) {
-    asm volatile(
+    asm(
         "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
@@ -289,11 +291,26 @@ constexpr int HALO_W = (B_TW == 1) ? 0 : (PC - 1) / S_W;
 constexpr int B_EH = TPH_B + HALO_H, B_EW = TPW_B + HALO_W, B_M = B_EH * B_EW;
 constexpr int B_MPAD = (B_M + 15) / 16 * 16, B_MT = B_MPAD / 16, B_MTW = (B_MT + NW - 1) / NW;
 constexpr int NPH = (PKH + PSH - 1) / PSH, NPW = (PKW + PSW - 1) / PSW;
-constexpr int PART = CO * KTOT + CO;                      // floats of one block's grad_w/grad_b partial
+constexpr int PART = CO * KTOT + CO;
+constexpr float BSCALE = (float)(PKH * PKW) / (float)DIV;  // avg-pool of a constant bias with divisor_override                      // floats of one block's grad_w/grad_b partial
 constexpr bool VEC4 = (S_W % 4 == 0) && (PW % 4 == 0) && (W % 4 == 0);
 constexpr int PC4 = (PC + 3) / 4;
-constexpr size_t F_SMEM = (size_t)(CO_ALL * KP + F_MPAD * KP + 32) * 4;
-constexpr size_t B_SMEM = (size_t)(CO_ALL * KP + B_MPAD * KP + B_MPAD * CP + B_MPAD + 32) * 4;
+constexpr int KPADW = KC8 > KC ? KC8 - KC : 1;
+__host__ __device__ constexpr bool row_used(int rr) {
+    for (int i = 0; i < PKH; ++i)
+        for (int ky = 0; ky < KH; ++ky)
+            if (i * SH + ky * DH == rr) return true;
+    return false;
+}
+__host__ __device__ constexpr bool col_used(int cc) {
+    for (int j = 0; j < PKW; ++j)
+        for (int kx = 0; kx < KW; ++kx)
+            if (j * SW + kx * DW == cc) return true;
+    return false;
+}
+constexpr size_t F_SMEM = (size_t)(CO_ALL * KP + F_MPAD * KP + 32 + CO_ALL) * 4;
+constexpr size_t B_SMEM = (size_t)(CO_ALL * KP + B_MPAD * KP + B_MPAD * CP + B_MPAD + CO_ALL) * 4;
+constexpr bool NEED_BOUNDS = (PH > 0 || PW > 0);  // without padding a valid window never leaves the image
 constexpr int F_MINB = F_SMEM <= 113 * 1024 ? 2 : 1;
 constexpr int B_MINB = B_SMEM <= 113 * 1024 ? 2 : 1;
 static_assert(F_SMEM <= 227 * 1024 && B_SMEM <= 227 * 1024, "tile does not fit shared memory");
@@ -323,63 +340,101 @@ __device__ __forceinline__ void stage_w(float* Ws, const float* __restrict__ w, 
 template <int EW, int M, int MPAD>
 __device__ __forceinline__ void compute_as(const float* __restrict__ x, float* As, long long img, int ch,
                                            int ph_base, int pw_base) {
-    for (int idx = threadIdx.x; idx < CI_CHUNK * MPAD; idx += NT) {
+    constexpr int ITEMS = CI_CHUNK * MPAD, ITER = (ITEMS + NT - 1) / NT;
+#pragma unroll 1
+    for (int it = 0; it < ITER; ++it) {
+        const int idx = threadIdx.x + it * NT;
+        if (ITEMS % NT != 0 && idx >= ITEMS) break;
         const int cl = idx / MPAD, m = idx - cl * MPAD;
         const int ci = ch * CI_CHUNK + cl;
         const int eh = m / EW, ew = m - eh * EW;
         const int ph = ph_base + eh, pw = pw_base + ew;
-        float acc[KH][KW];
+        const bool ok = (m < M) && (ci < CI) && ph >= 0 && ph < PHO && pw >= 0 && pw < PWO;
+        // without padding, clamp invalid positions to (0,0) (in bounds) and zero the result at the end
+        const int r0 = NEED_BOUNDS ? ph * S_H - PH : (ok ? ph * S_H : 0);
+        const int c0 = NEED_BOUNDS ? pw * S_W - PW : (ok ? pw * S_W : 0);
+        // every load is unconditional from a clamped (valid) address, then zeroed: no branches, so all
+        // PR x PC loads of the item are in flight together
+        const float* xp = x + ((size_t)img * CI + (ok ? ci : 0)) * (size_t)(H * W);
+        constexpr int VW = VEC4 ? PC4 * 4 : PC;
+        // horizontal box sums per used row: hs[rr][kx] = sum_j v[j*SW + kx*DW]
+        float hs[PR][KW];
 #pragma unroll
-        for (int ky = 0; ky < KH; ++ky)
+        for (int rr = 0; rr < PR; ++rr) {
+            if (!row_used(rr)) {
 #pragma unroll
-            for (int kx = 0; kx < KW; ++kx) acc[ky][kx] = 0.0f;
-        if (m < M && ci < CI && ph >= 0 && ph < PHO && pw >= 0 && pw < PWO) {
-            const int r0 = ph * S_H - PH, c0 = pw * S_W - PW;
-            const float* xp = x + ((size_t)img * CI + ci) * (size_t)(H * W);
+                for (int kx = 0; kx < KW; ++kx) hs[rr][kx] = 0.0f;
+                continue;
+            }
+            float v[VW];
+            const int r = r0 + rr;
+            const bool rok = NEED_BOUNDS ? (ok && (unsigned)r < (unsigned)H) : true;
+            const float* rowp = xp + (size_t)(rok ? r : 0) * W;
+            if constexpr (VEC4) {
 #pragma unroll
-            for (int rr = 0; rr < PR; ++rr) {
-                bool used = false;
-#pragma unroll
-                for (int i = 0; i < PKH; ++i)
-#pragma unroll
-                    for (int ky = 0; ky < KH; ++ky) used |= (i * SH + ky * DH == rr);
-                if (!used) continue;
-                const int r = r0 + rr;
-                if (r < 0 || r >= H) continue;
-                const float* rowp = xp + (size_t)r * W;
-                float v[PC4 * 4];
-                if constexpr (VEC4) {
-#pragma unroll
-                    for (int q = 0; q < PC4; ++q) {
-                        const int c = c0 + 4 * q;
-                        float4 t = make_float4(0.f, 0.f, 0.f, 0.f);
-                        if (c >= 0 && c < W) t = __ldg(reinterpret_cast<const float4*>(rowp + c));
-                        v[4 * q + 0] = t.x; v[4 * q + 1] = t.y; v[4 * q + 2] = t.z; v[4 * q + 3] = t.w;
-                    }
-                } else {
-#pragma unroll
-                    for (int j = 0; j < PC; ++j) {
-                        const int c = c0 + j;
-                        v[j] = (c >= 0 && c < W) ? __ldg(rowp + c) : 0.0f;
-                    }
+                for (int q = 0; q < PC4; ++q) {
+                    const int c = c0 + 4 * q;
+                    const bool cok = NEED_BOUNDS ? (rok && (unsigned)c < (unsigned)W) : true;
+                    const float4 t = __ldg(reinterpret_cast<const float4*>(rowp + (cok ? c : 0)));
+                    v[4 * q + 0] = cok ? t.x : 0.0f;
+                    v[4 * q + 1] = cok ? t.y : 0.0f;
+                    v[4 * q + 2] = cok ? t.z : 0.0f;
+                    v[4 * q + 3] = cok ? t.w : 0.0f;
                 }
-                float hs[KW];
+            } else {
+#pragma unroll
+                for (int j = 0; j < PC; ++j) {
+                    if (!col_used(j)) { v[j] = 0.0f; continue; }
+                    const int c = c0 + j;
+                    const bool cok = NEED_BOUNDS ? (rok && (unsigned)c < (unsigned)W) : true;
+                    const float t = __ldg(rowp + (cok ? c : 0));
+                    v[j] = cok ? t : 0.0f;
+                }
+            }
+            if constexpr (SW == 1 && DW == 1) {   // sliding window
+                float t = 0.0f;
+#pragma unroll
+                for (int j = 0; j < PKW; ++j) t += v[j];
+                hs[rr][0] = t;
+#pragma unroll
+                for (int kx = 1; kx < KW; ++kx) hs[rr][kx] = hs[rr][kx - 1] - v[kx - 1] + v[kx - 1 + PKW];
+            } else {
 #pragma unroll
                 for (int kx = 0; kx < KW; ++kx) {
-                    float s = 0.0f;
+                    float t = 0.0f;
 #pragma unroll
-                    for (int j = 0; j < PKW; ++j) s += v[j * SW + kx * DW];
-                    hs[kx] = s;
+                    for (int j = 0; j < PKW; ++j) t += v[j * SW + kx * DW];
+                    hs[rr][kx] = t;
                 }
-#pragma unroll
-                for (int i = 0; i < PKH; ++i)
-#pragma unroll
-                    for (int ky = 0; ky < KH; ++ky)
-                        if (i * SH + ky * DH == rr) {
-#pragma unroll
-                            for (int kx = 0; kx < KW; ++kx) acc[ky][kx] += hs[kx];
-                        }
             }
+        }
+        float acc[KH][KW];
+        if constexpr (SH == 1 && DH == 1) {   // sliding window over rows
+#pragma unroll
+            for (int kx = 0; kx < KW; ++kx) {
+                float t = 0.0f;
+#pragma unroll
+                for (int i = 0; i < PKH; ++i) t += hs[i][kx];
+                acc[0][kx] = t;
+#pragma unroll
+                for (int ky = 1; ky < KH; ++ky) acc[ky][kx] = acc[ky - 1][kx] - hs[ky - 1][kx] + hs[ky - 1 + PKH][kx];
+            }
+        } else {
+#pragma unroll
+            for (int ky = 0; ky < KH; ++ky)
+#pragma unroll
+                for (int kx = 0; kx < KW; ++kx) {
+                    float t = 0.0f;
+#pragma unroll
+                    for (int i = 0; i < PKH; ++i) t += hs[i * SH + ky * DH][kx];
+                    acc[ky][kx] = t;
+                }
+        }
+        if constexpr (!NEED_BOUNDS) {
+#pragma unroll
+            for (int ky = 0; ky < KH; ++ky)
+#pragma unroll
+                for (int kx = 0; kx < KW; ++kx) acc[ky][kx] = ok ? acc[ky][kx] : 0.0f;
         }
         float* dst = As + m * KP + cl * KK;
 #pragma unroll
@@ -389,7 +444,7 @@ __device__ __forceinline__ void compute_as(const float* __restrict__ x, float* A
     }
     if constexpr (KC8 > KC) {
         for (int idx = threadIdx.x; idx < MPAD * (KC8 - KC); idx += NT) {
-            const int m = idx / (KC8 - KC), j = idx - m * (KC8 - KC);
+            const int m = idx / KPADW, j = idx - m * KPADW;
             As[m * KP + KC + j] = 0.0f;
         }
     }
@@ -421,7 +476,13 @@ __device__ __forceinline__ void gemm1(const float* As, const float* Ws, int co0,
             kg_split(q[4], b.h[1], b.l[1]);
 #pragma unroll
             for (int i = 0; i < MTW; ++i)
-                if (warp + NW * i < MT) kg_mma3(acc[i][j], a[i], b);
+                if (warp + NW * i < MT) kg_mma(acc[i][j], a[i].l[0], a[i].l[1], a[i].l[2], a[i].l[3], b.h[0], b.h[1]);
+#pragma unroll
+            for (int i = 0; i < MTW; ++i)
+                if (warp + NW * i < MT) kg_mma(acc[i][j], a[i].h[0], a[i].h[1], a[i].h[2], a[i].h[3], b.l[0], b.l[1]);
+#pragma unroll
+            for (int i = 0; i < MTW; ++i)
+                if (warp + NW * i < MT) kg_mma(acc[i][j], a[i].h[0], a[i].h[1], a[i].h[2], a[i].h[3], b.h[0], b.h[1]);
         }
     }
 }
@@ -436,6 +497,8 @@ fwd_kernel(const float* __restrict__ x, const float* __restrict__ w, const float
     float* Ws = reinterpret_cast<float*>(smem_f4);
     float* As = Ws + CO_ALL * KP;
     float* red = As + F_MPAD * KP;
+    float* bias_s = red + 32;
+    for (int i = threadIdx.x; i < CO_ALL; i += NT) bias_s[i] = (b != nullptr && i < CO) ? __ldg(b + i) * BSCALE : 0.0f;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const long long img = blockIdx.x / cl;
     const int rank = (int)(blockIdx.x - img * cl);
@@ -465,17 +528,20 @@ fwd_kernel(const float* __restrict__ x, const float* __restrict__ w, const float
             for (int i = 0; i < F_MTW; ++i) {
                 const int mt = warp + NW * i;
                 if (mt >= F_MT) continue;
+                bool rv[2];
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int m = mt * 16 + g + 8 * h;
+                    const int eh = m / F_EW, ew = m - eh * F_EW;
+                    rv[h] = m < F_M && ph0 + eh < PHO && pw0 + ew < PWO;
+                }
 #pragma unroll
                 for (int j = 0; j < NT8; ++j)
 #pragma unroll
                     for (int r = 0; r < 4; ++r) {
-                        const int m = mt * 16 + g + (r >> 1) * 8;
                         const int co = cc * COCH + j * 8 + 2 * t + (r & 1);
-                        const int eh = m / F_EW, ew = m - eh * F_EW;
-                        if (m < F_M && ph0 + eh < PHO && pw0 + ew < PWO && co < CO) {
-                            const float bv = b ? __ldg(b + co) : 0.0f;
-                            tsum += act_fwd(acc[i][j][r] + bv);
-                        }
+                        const float v = act_fwd(acc[i][j][r] + bias_s[co]);
+                        if (rv[r >> 1] && (CO == CO_ALL || co < CO)) tsum += v;
                     }
             }
         }
@@ -520,6 +586,8 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
     float* As = Ws + CO_ALL * KP;
     float* Dp = As + B_MPAD * KP;
     float* mask = Dp + B_MPAD * CP;
+    float* bias_s = mask + B_MPAD;
+    for (int i = threadIdx.x; i < CO_ALL; i += NT) bias_s[i] = (b != nullptr && i < CO) ? __ldg(b + i) * BSCALE : 0.0f;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     float* mypart = part + (size_t)blockIdx.x * PART;
     if constexpr (NCHUNK == 1) stage_w(Ws, w, 0);
@@ -558,20 +626,22 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
             for (int i = 0; i < B_MTW; ++i) {
                 const int mt = warp + NW * i;
                 if (mt >= B_MT) continue;
+                bool rv[2];
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int m = mt * 16 + g + 8 * h;
+                    const int eh = m / B_EW, ew = m - eh * B_EW;
+                    const int ph = ph_base + eh, pw = pw_base + ew;
+                    rv[h] = m < B_M && ph >= 0 && ph < PHO && pw >= 0 && pw < PWO;
+                }
 #pragma unroll
                 for (int j = 0; j < NT8; ++j)
 #pragma unroll
                     for (int r = 0; r < 4; ++r) {
                         const int m = mt * 16 + g + (r >> 1) * 8;
                         const int co = cc * COCH + j * 8 + 2 * t + (r & 1);
-                        const int eh = m / B_EW, ew = m - eh * B_EW;
-                        const int ph = ph_base + eh, pw = pw_base + ew;
-                        float d = 0.0f;
-                        if (m < B_M && ph >= 0 && ph < PHO && pw >= 0 && pw < PWO && co < CO) {
-                            const float bv = b ? __ldg(b + co) : 0.0f;
-                            d = gval * act_grad(acc[i][j][r] + bv);
-                        }
-                        Dp[m * CP + co] = d;
+                        const float d = gval * act_grad(acc[i][j][r] + bias_s[co]);
+                        Dp[m * CP + co] = (rv[r >> 1] && (CO == CO_ALL || co < CO)) ? d : 0.0f;
                     }
             }
         }
@@ -594,16 +664,20 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
             // ---- grad_w partial: dW[co][kk] += sum_m dpre[m][co]*mask[m] * As[m][kk] ----
             if (want_wb) {
                 constexpr int DW_NT = KN8, DW_TILES = (CO_ALL / 16) * DW_NT, DW_PER = (DW_TILES + NW - 1) / NW;
+                float c[DW_PER][4];
+#pragma unroll
+                for (int q = 0; q < DW_PER; ++q)
+#pragma unroll
+                    for (int r = 0; r < 4; ++r) c[q][r] = 0.0f;
 #pragma unroll 1
-                for (int q = 0; q < DW_PER; ++q) {
-                    const int tix = warp + NW * q;
-                    if (tix >= DW_TILES) break;
-                    const int mi = tix / DW_NT, nj = tix - mi * DW_NT;
-                    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll 4
-                    for (int ms = 0; ms < B_MPAD / 8; ++ms) {
-                        const int m0 = ms * 8;
-                        const float mk0 = mask[m0 + t], mk1 = mask[m0 + t + 4];
+                for (int ms = 0; ms < B_MPAD / 8; ++ms) {
+                    const int m0 = ms * 8;
+                    const float mk0 = mask[m0 + t], mk1 = mask[m0 + t + 4];
+#pragma unroll
+                    for (int q = 0; q < DW_PER; ++q) {
+                        const int tix = warp + NW * q;
+                        if (DW_TILES % NW != 0 && tix >= DW_TILES) continue;
+                        const int mi = tix / DW_NT, nj = tix - mi * DW_NT;
                         const float* pa = Dp + (m0 + t) * CP + mi * 16 + g;
                         KgAFrag a;
                         kg_split(pa[0] * mk0, a.h[0], a.l[0]);
@@ -614,15 +688,21 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
                         KgBFrag bf;
                         kg_split(pb[0], bf.h[0], bf.l[0]);
                         kg_split(pb[4 * KP], bf.h[1], bf.l[1]);
-                        kg_mma3(c, a, bf);
+                        kg_mma3(c[q], a, bf);
                     }
+                }
+#pragma unroll
+                for (int q = 0; q < DW_PER; ++q) {
+                    const int tix = warp + NW * q;
+                    if (tix >= DW_TILES) continue;
+                    const int mi = tix / DW_NT, nj = tix - mi * DW_NT;
 #pragma unroll
                     for (int r = 0; r < 4; ++r) {
                         const int co = mi * 16 + g + (r >> 1) * 8;
                         const int kk = nj * 8 + 2 * t + (r & 1);
                         if (co < CO && kk < KC && ch * CI_CHUNK + kk / KK < CI) {
                             float* p = mypart + (size_t)co * KTOT + (size_t)ch * CI_CHUNK * KK + kk;
-                            *p = first ? c[r] : (*p + c[r]);
+                            *p = first ? c[q][r] : (*p + c[q][r]);
                         }
                     }
                 }
@@ -638,27 +718,24 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
                         for (int r = 0; r < 4; ++r) acc3[i][j][r] = 0.0f;
 #pragma unroll 1
                 for (int ks = 0; ks < CO_ALL / 8; ++ks) {
-                    KgAFrag a[B_MTW];
 #pragma unroll
                     for (int i = 0; i < B_MTW; ++i) {
                         const int mt = warp + NW * i;
-                        if (mt < B_MT) {
-                            const float* p = Dp + (mt * 16 + g) * CP + ks * 8 + t;
-                            kg_split(p[0], a[i].h[0], a[i].l[0]);
-                            kg_split(p[8 * CP], a[i].h[1], a[i].l[1]);
-                            kg_split(p[4], a[i].h[2], a[i].l[2]);
-                            kg_split(p[8 * CP + 4], a[i].h[3], a[i].l[3]);
+                        if (mt >= B_MT) continue;
+                        KgAFrag a;
+                        const float* p = Dp + (mt * 16 + g) * CP + ks * 8 + t;
+                        kg_split(p[0], a.h[0], a.l[0]);
+                        kg_split(p[8 * CP], a.h[1], a.l[1]);
+                        kg_split(p[4], a.h[2], a.l[2]);
+                        kg_split(p[8 * CP + 4], a.h[3], a.l[3]);
+#pragma unroll
+                        for (int j = 0; j < KN8; ++j) {
+                            const float* q = Ws + (ks * 8 + t) * KP + j * 8 + g;
+                            KgBFrag bf;
+                            kg_split(q[0], bf.h[0], bf.l[0]);
+                            kg_split(q[4 * KP], bf.h[1], bf.l[1]);
+                            kg_mma3(acc3[i][j], a, bf);
                         }
-                    }
-#pragma unroll
-                    for (int j = 0; j < KN8; ++j) {
-                        const float* q = Ws + (ks * 8 + t) * KP + j * 8 + g;
-                        KgBFrag bf;
-                        kg_split(q[0], bf.h[0], bf.l[0]);
-                        kg_split(q[4 * KP], bf.h[1], bf.l[1]);
-#pragma unroll
-                        for (int i = 0; i < B_MTW; ++i)
-                            if (warp + NW * i < B_MT) kg_mma3(acc3[i][j], a[i], bf);
                     }
                 }
                 __syncthreads();   // every read of As (box sums) is done
@@ -682,44 +759,66 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
                 const int nr = r_hi - r_lo, nc = c_hi - c_lo;
                 const int ncl = min(CI_CHUNK, CI - ch * CI_CHUNK);
                 if (nr > 0 && nc > 0) {
-                    const int per = nr * nc, total = ncl * per;
+                    constexpr int GV = VEC4 ? 4 : 1;   // VEC4 => c_lo, c_hi and W are multiples of 4
+                    const int ncq = nc / GV, per = nr * ncq, total = ncl * per;
                     for (int idx = threadIdx.x; idx < total; idx += NT) {
                         const int cl = idx / per, rem = idx - cl * per;
-                        const int rr = rem / nc, c = c_lo + (rem - rr * nc), r = r_lo + rr;
-                        int ewk[KW][NPW];
-#pragma unroll
-                        for (int kx = 0; kx < KW; ++kx) {
-                            const int qc = c + PW - kx * DW;
-#pragma unroll
-                            for (int bb = 0; bb < NPW; ++bb) {
-                                int e = -1;
-                                if (qc >= 0 && (SW == 1 || qc % SW == 0)) {
-                                    const int u = qc / SW;
-                                    const int pw = u / PSW - bb;
-                                    if (pw >= 0 && pw < PWO && u - pw * PSW < PKW) e = pw - pw_base;
-                                }
-                                ewk[kx][bb] = e;
-                            }
-                        }
-                        float s = 0.0f;
+                        const int rr = rem / ncq, cbase = c_lo + (rem - rr * ncq) * GV, r = r_lo + rr;
+                        int roff[KH][NPH];
 #pragma unroll
                         for (int ky = 0; ky < KH; ++ky) {
                             const int qr = r + PH - ky * DH;
-                            if (qr < 0 || (SH != 1 && qr % SH != 0)) continue;
-                            const int u = qr / SH;
 #pragma unroll
                             for (int a = 0; a < NPH; ++a) {
-                                const int ph = u / PSH - a;
-                                if (ph < 0 || ph >= PHO || u - ph * PSH >= PKH) continue;
-                                const float* rowp = As + (ph - ph_base) * B_EW * KP + cl * KK + ky * KW;
-#pragma unroll
-                                for (int kx = 0; kx < KW; ++kx)
-#pragma unroll
-                                    for (int bb = 0; bb < NPW; ++bb)
-                                        if (ewk[kx][bb] >= 0) s += rowp[ewk[kx][bb] * KP + kx];
+                                int e = -1;
+                                if (qr >= 0 && (SH == 1 || qr % SH == 0)) {
+                                    const int u = qr / SH;
+                                    const int ph = u / PSH - a;
+                                    if (ph >= 0 && ph < PHO && u - ph * PSH < PKH)
+                                        e = (ph - ph_base) * B_EW * KP + cl * KK + ky * KW;
+                                }
+                                roff[ky][a] = e;
                             }
                         }
-                        grad_x[(((size_t)img * CI + ch * CI_CHUNK + cl) * H + r) * (size_t)W + c] = s;
+                        float sv[GV];
+#pragma unroll
+                        for (int jj = 0; jj < GV; ++jj) {
+                            const int c = cbase + jj;
+                            int coff[KW][NPW];
+#pragma unroll
+                            for (int kx = 0; kx < KW; ++kx) {
+                                const int qc = c + PW - kx * DW;
+#pragma unroll
+                                for (int bb = 0; bb < NPW; ++bb) {
+                                    int e = -1;
+                                    if (qc >= 0 && (SW == 1 || qc % SW == 0)) {
+                                        const int u = qc / SW;
+                                        const int pw = u / PSW - bb;
+                                        if (pw >= 0 && pw < PWO && u - pw * PSW < PKW) e = (pw - pw_base) * KP + kx;
+                                    }
+                                    coff[kx][bb] = e;
+                                }
+                            }
+                            float s = 0.0f;
+#pragma unroll
+                            for (int ky = 0; ky < KH; ++ky)
+#pragma unroll
+                                for (int a = 0; a < NPH; ++a) {
+                                    if (roff[ky][a] < 0) continue;
+#pragma unroll
+                                    for (int kx = 0; kx < KW; ++kx)
+#pragma unroll
+                                        for (int bb = 0; bb < NPW; ++bb)
+                                            if (coff[kx][bb] >= 0) s += As[roff[ky][a] + coff[kx][bb]];
+                                }
+                            sv[jj] = s;
+                        }
+                        float* gp = grad_x + (((size_t)img * CI + ch * CI_CHUNK + cl) * H + r) * (size_t)W + cbase;
+                        if constexpr (GV == 4) {
+                            *reinterpret_cast<float4*>(gp) = make_float4(sv[0], sv[1], sv[2], sv[3]);
+                        } else {
+                            gp[0] = sv[0];
+                        }
                     }
                 }
             }
@@ -738,7 +837,7 @@ wb_reduce_kernel(const float* __restrict__ part, int G, float* __restrict__ gw, 
     if (e < CO * KTOT) {
         if (gw) gw[e] = s / (float)DIV;
     } else {
-        if (gb) gb[e - CO * KTOT] = s;
+        if (gb) gb[e - CO * KTOT] = s * BSCALE;
     }
 }
 
@@ -768,17 +867,17 @@ static inline long long bwd_grid(int64_t n) {
     return tiles < GRID_BWD ? tiles : GRID_BWD;
 }
 
-}  // namespace kgen_conv2d_avgpool_act_reduce_2466d060_ns
+}  // namespace kgen_conv2d_avgpool_act_reduce_addf6696_ns
 
-extern "C" size_t kgen_conv2d_avgpool_act_reduce_2466d060_workspace_bytes(int64_t n) {
-    using namespace kgen_conv2d_avgpool_act_reduce_2466d060_ns;
+extern "C" size_t kgen_conv2d_avgpool_act_reduce_addf6696_workspace_bytes(int64_t n) {
+    using namespace kgen_conv2d_avgpool_act_reduce_addf6696_ns;
     if (n <= 0) return 0;
     return (size_t)bwd_grid(n) * PART * sizeof(float);
 }
 
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_2466d060_forward(const float* x, const float* w, const float* b, float* out,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_addf6696_forward(const float* x, const float* w, const float* b, float* out,
                                          void* workspace, int64_t n, cudaStream_t stream) {
-    using namespace kgen_conv2d_avgpool_act_reduce_2466d060_ns;
+    using namespace kgen_conv2d_avgpool_act_reduce_addf6696_ns;
     (void)workspace;
     if (n <= 0) return cudaSuccess;
     DevInfo* d = nullptr;
@@ -805,10 +904,10 @@ extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_2466d060_forward(const flo
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_2466d060_backward(const float* grad_out, const float* x, const float* w, const float* b,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_addf6696_backward(const float* grad_out, const float* x, const float* w, const float* b,
                                           float* grad_x, float* grad_w, float* grad_b, void* workspace,
                                           int64_t n, cudaStream_t stream) {
-    using namespace kgen_conv2d_avgpool_act_reduce_2466d060_ns;
+    using namespace kgen_conv2d_avgpool_act_reduce_addf6696_ns;
     const int want_wb = (grad_w != nullptr || grad_b != nullptr) ? 1 : 0;
     float* part = static_cast<float*>(workspace);
     cudaError_t e;
@@ -831,8 +930,8 @@ extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_2466d060_backward(const fl
     return cudaGetLastError();
 }
 '''
-KGEN_CPP_SOURCE = r'''// kgen_conv2d_avgpool_act_reduce_2466d060: torch glue for the fused Conv2d -> AvgPool2d -> sigmoid -> sum kernels in kernel.cu
-// (ops under torch.ops.kgen_conv2d_avgpool_act_reduce_2466d060).
+KGEN_CPP_SOURCE = r'''// kgen_conv2d_avgpool_act_reduce_addf6696: torch glue for the fused Conv2d -> AvgPool2d -> sigmoid -> sum kernels in kernel.cu
+// (ops under torch.ops.kgen_conv2d_avgpool_act_reduce_addf6696).
 // kgen fixed C++ glue helpers (pulled into each rendered binding by Jinja include).
 // Light headers only: torch/library.h and ATen/core, not torch/extension.h.
 #include <torch/library.h>
@@ -889,10 +988,10 @@ inline void check_same_device(const at::Tensor& a, const at::Tensor& b, const ch
 
 #include <array>
 
-extern "C" size_t kgen_conv2d_avgpool_act_reduce_2466d060_workspace_bytes(int64_t n);
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_2466d060_forward(const float* x, const float* w, const float* b, float* out, void* workspace,
+extern "C" size_t kgen_conv2d_avgpool_act_reduce_addf6696_workspace_bytes(int64_t n);
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_addf6696_forward(const float* x, const float* w, const float* b, float* out, void* workspace,
                                           int64_t n, cudaStream_t stream);
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_2466d060_backward(const float* grad_out, const float* x, const float* w, const float* b,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_addf6696_backward(const float* grad_out, const float* x, const float* w, const float* b,
                                            float* grad_x, float* grad_w, float* grad_b, void* workspace, int64_t n,
                                            cudaStream_t stream);
 
@@ -918,7 +1017,7 @@ Checked check(const at::Tensor& x_in, const at::Tensor& w_in, const std::optiona
 const float* ptr_or_null(const at::Tensor& t) { return t.defined() ? t.data_ptr<float>() : nullptr; }
 
 at::Tensor workspace(const at::Tensor& like, int64_t n) {
-  const int64_t bytes = static_cast<int64_t>(kgen_conv2d_avgpool_act_reduce_2466d060_workspace_bytes(n));
+  const int64_t bytes = static_cast<int64_t>(kgen_conv2d_avgpool_act_reduce_addf6696_workspace_bytes(n));
   return at::empty({bytes > 0 ? bytes : 1}, like.options().dtype(at::kByte));
 }
 
@@ -928,7 +1027,7 @@ at::Tensor forward(const at::Tensor& x_in, const at::Tensor& w_in, const std::op
   const int64_t n = c.x.size(0);
   at::Tensor out = at::empty({n}, c.x.options());
   at::Tensor ws = workspace(c.x, n);
-  kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_2466d060_forward(c.x.data_ptr<float>(), c.w.data_ptr<float>(), ptr_or_null(c.b),
+  kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_addf6696_forward(c.x.data_ptr<float>(), c.w.data_ptr<float>(), ptr_or_null(c.b),
                                              out.data_ptr<float>(), ws.data_ptr(), n,
                                              c10::cuda::getCurrentCUDAStream().stream()), "fused forward", kProblem);
   return out;
@@ -949,7 +1048,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(const at::Tensor& grad_o
   at::Tensor gb = (output_mask[2] && c.b.defined()) ? at::empty_like(c.b) : none;
   if (output_mask[0] || output_mask[1] || gb.numel()) {
     at::Tensor ws = workspace(c.x, n);
-    kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_2466d060_backward(grad_out.data_ptr<float>(), c.x.data_ptr<float>(), c.w.data_ptr<float>(),
+    kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_addf6696_backward(grad_out.data_ptr<float>(), c.x.data_ptr<float>(), c.w.data_ptr<float>(),
                                                 ptr_or_null(c.b), output_mask[0] ? gx.data_ptr<float>() : nullptr,
                                                 output_mask[1] ? gw.data_ptr<float>() : nullptr,
                                                 gb.numel() ? gb.data_ptr<float>() : nullptr, ws.data_ptr(), n,
@@ -960,17 +1059,17 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(const at::Tensor& grad_o
 
 }  // namespace
 
-TORCH_LIBRARY(kgen_conv2d_avgpool_act_reduce_2466d060, m) {
+TORCH_LIBRARY(kgen_conv2d_avgpool_act_reduce_addf6696, m) {
   m.def("forward(Tensor x, Tensor weight, Tensor? bias) -> Tensor");
   m.def("backward(Tensor grad_out, Tensor x, Tensor weight, Tensor? bias, bool[3] output_mask) -> (Tensor, Tensor, Tensor)");
 }
 
 // CPU inputs reach the same functions, which reject them with a message saying what to do.
-TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_2466d060, CUDA, m) {
+TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_addf6696, CUDA, m) {
   m.impl("forward", &forward);
   m.impl("backward", &backward);
 }
-TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_2466d060, CPU, m) {
+TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_addf6696, CPU, m) {
   m.impl("forward", &forward);
   m.impl("backward", &backward);
 }
@@ -1019,12 +1118,12 @@ def kgen_register():
         x, weight, bias = ctx.saved_tensors
         mask = [bool(ctx.needs_input_grad[0]), bool(ctx.needs_input_grad[1]),
                 bias is not None and bool(ctx.needs_input_grad[2])]
-        gx, gw, gb = torch.ops.kgen_conv2d_avgpool_act_reduce_2466d060.backward(grad_out, x, weight, bias, mask)
+        gx, gw, gb = torch.ops.kgen_conv2d_avgpool_act_reduce_addf6696.backward(grad_out, x, weight, bias, mask)
         return gx if mask[0] else None, gw if mask[1] else None, gb if mask[2] else None
 
-    torch.library.register_fake("kgen_conv2d_avgpool_act_reduce_2466d060::forward", forward_fake)
-    torch.library.register_fake("kgen_conv2d_avgpool_act_reduce_2466d060::backward", backward_fake)
-    torch.library.register_autograd("kgen_conv2d_avgpool_act_reduce_2466d060::forward", backward, setup_context=setup_context)
+    torch.library.register_fake("kgen_conv2d_avgpool_act_reduce_addf6696::forward", forward_fake)
+    torch.library.register_fake("kgen_conv2d_avgpool_act_reduce_addf6696::backward", backward_fake)
+    torch.library.register_autograd("kgen_conv2d_avgpool_act_reduce_addf6696::forward", backward, setup_context=setup_context)
 
 
 class ModelNew(nn.Module):
@@ -1047,7 +1146,7 @@ class ModelNew(nn.Module):
         if kgen_ops is None:
             kgen_load()
         conv = self.conv
-        return torch.ops.kgen_conv2d_avgpool_act_reduce_2466d060.forward(x, conv.weight, conv.bias)
+        return torch.ops.kgen_conv2d_avgpool_act_reduce_addf6696.forward(x, conv.weight, conv.bias)
 
 
 if torch.cuda.is_available():

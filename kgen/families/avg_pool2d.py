@@ -107,8 +107,11 @@ def forward_tiling(s: Spec) -> dict:
     else:
         chunks = span(cols) // vec
     threads = min(512, max(32, ceil_div(chunks, 32) * 32))
+    in_rows = (rows - 1) * s.SH + s.KH
+    # Persistent, register-prefetching variant: one column tile, one vector chunk per thread, loads fit registers.
+    prefetch = cols == s.WO and chunks <= threads and in_rows * vec <= 64
     return {"vec": vec, "f_rows": rows, "f_cols": cols, "f_span": span(cols), "f_threads": threads,
-            "f_in_rows": (rows - 1) * s.SH + s.KH}
+            "f_in_rows": in_rows, "f_prefetch": prefetch}
 
 
 def backward_tiling(s: Spec, vec: int) -> dict:

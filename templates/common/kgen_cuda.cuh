@@ -46,4 +46,15 @@ inline unsigned int grid_for(int64_t tiles) {
   return static_cast<unsigned int>(tiles < cap ? tiles : cap);
 }
 
+// Blocks of `kernel` that fit on the current device at once (multiprocessors x blocks per multiprocessor), for
+// persistent grids; <= 0 if the query fails.
+template <typename Kernel>
+inline int64_t resident_blocks(Kernel kernel, int threads, size_t smem = 0) {
+  int dev = 0, sms = 0, per_sm = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return -1;
+  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) return -1;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem) != cudaSuccess) return -1;
+  return static_cast<int64_t>(sms) * per_sm;
+}
+
 }  // namespace kgen
