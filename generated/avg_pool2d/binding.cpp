@@ -1,4 +1,4 @@
-// kgen_avg_pool2d_46f04745: torch glue for the AvgPool2d kernels in kernel.cu (ops under torch.ops.kgen_avg_pool2d_46f04745).
+// kgen_avg_pool2d_c48d4bec: torch glue for the AvgPool2d kernels in kernel.cu (ops under torch.ops.kgen_avg_pool2d_c48d4bec).
 // kgen fixed C++ glue helpers (pulled into each rendered binding by Jinja include).
 // Light headers only: torch/library.h and ATen/core, not torch/extension.h.
 #include <torch/library.h>
@@ -52,8 +52,8 @@ inline void check_same_device(const at::Tensor& a, const at::Tensor& b, const ch
 
 }  // namespace kgen_glue
 
-extern "C" cudaError_t kgen_avg_pool2d_46f04745_forward(const float* x, float* y, int64_t n, cudaStream_t stream);
-extern "C" cudaError_t kgen_avg_pool2d_46f04745_backward(const float* grad_y, float* grad_x, int64_t n, cudaStream_t stream);
+extern "C" cudaError_t kgen_avg_pool2d_c48d4bec_forward(const float* x, float* y, int64_t n, cudaStream_t stream);
+extern "C" cudaError_t kgen_avg_pool2d_c48d4bec_backward(const float* grad_y, float* grad_x, int64_t n, cudaStream_t stream);
 
 namespace {
 
@@ -63,7 +63,7 @@ at::Tensor forward(const at::Tensor& x_in) {
   const at::Tensor x = kgen_glue::check_input(x_in, "input x", {-1, 64, 2048, 2048}, kProblem);
   const c10::cuda::CUDAGuard guard(x.device());
   at::Tensor y = at::empty({x.size(0), 64, 186, 186}, x.options());
-  kgen_glue::check_launch(kgen_avg_pool2d_46f04745_forward(x.data_ptr<float>(), y.data_ptr<float>(), x.size(0),
+  kgen_glue::check_launch(kgen_avg_pool2d_c48d4bec_forward(x.data_ptr<float>(), y.data_ptr<float>(), x.size(0),
                                              c10::cuda::getCurrentCUDAStream().stream()), "avg_pool2d forward", kProblem);
   return y;
 }
@@ -72,24 +72,24 @@ at::Tensor backward(const at::Tensor& grad_y_in) {
   const at::Tensor grad_y = kgen_glue::check_input(grad_y_in, "grad_y", {-1, 64, 186, 186}, kProblem);
   const c10::cuda::CUDAGuard guard(grad_y.device());
   at::Tensor grad_x = at::empty({grad_y.size(0), 64, 2048, 2048}, grad_y.options());
-  kgen_glue::check_launch(kgen_avg_pool2d_46f04745_backward(grad_y.data_ptr<float>(), grad_x.data_ptr<float>(), grad_y.size(0),
+  kgen_glue::check_launch(kgen_avg_pool2d_c48d4bec_backward(grad_y.data_ptr<float>(), grad_x.data_ptr<float>(), grad_y.size(0),
                                               c10::cuda::getCurrentCUDAStream().stream()), "avg_pool2d backward", kProblem);
   return grad_x;
 }
 
 }  // namespace
 
-TORCH_LIBRARY(kgen_avg_pool2d_46f04745, m) {
+TORCH_LIBRARY(kgen_avg_pool2d_c48d4bec, m) {
   m.def("forward(Tensor x) -> Tensor");
   m.def("backward(Tensor grad_y) -> Tensor");
 }
 
 // CPU inputs reach the same functions, which reject them with a message saying what to do.
-TORCH_LIBRARY_IMPL(kgen_avg_pool2d_46f04745, CUDA, m) {
+TORCH_LIBRARY_IMPL(kgen_avg_pool2d_c48d4bec, CUDA, m) {
   m.impl("forward", &forward);
   m.impl("backward", &backward);
 }
-TORCH_LIBRARY_IMPL(kgen_avg_pool2d_46f04745, CPU, m) {
+TORCH_LIBRARY_IMPL(kgen_avg_pool2d_c48d4bec, CPU, m) {
   m.impl("forward", &forward);
   m.impl("backward", &backward);
 }

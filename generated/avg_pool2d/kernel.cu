@@ -1,4 +1,4 @@
-// kgen_avg_pool2d_46f04745: AvgPool2d forward and backward, specialized by kgen.
+// kgen_avg_pool2d_c48d4bec: AvgPool2d forward and backward, specialized by kgen.
 // x [N, 64, 2048, 2048] -> y [N, 64, 186, 186]; kernel 11x11, stride 11x11,
 // padding 0x0, ceil_mode=False, count_include_pad=True, divisor_override=None.
 // N is a run-time value; everything else is compile-time. All indexing that scales with N is 64-bit.
@@ -75,7 +75,6 @@ constexpr int VEC = 4;  // floats per global access (W % VEC == 0)
 constexpr int F_ROWS = 1, F_COLS = 186, F_THREADS = 512;
 constexpr int F_ROW_TILES = (HO + F_ROWS - 1) / F_ROWS, F_COL_TILES = (WO + F_COLS - 1) / F_COLS;
 constexpr int F_IN_ROWS = (F_ROWS - 1) * SH + KH;            // input rows one tile reads
-constexpr int F_MIN_BLOCKS = 2048 / F_THREADS < 2 ? 2048 / F_THREADS : 2;  // persistent variant: resident blocks per SM
 constexpr int F_SPAN = 2052;                          // colsum row length (>= input columns of a tile)
 // Backward tile: B_ROWS input rows x B_COLS input columns; each input element gathers its windows' gradients.
 constexpr int B_ROWS = 8, B_COLS = 2048, B_THREADS = 512;
@@ -132,7 +131,7 @@ __device__ __forceinline__ void accumulate(float (&acc)[F_ROWS][VEC], const kgen
 // Persistent forward (a row tile spans the whole width and one vector chunk per thread): each thread owns the same
 // VEC input columns of every tile and keeps the NEXT tile's F_IN_ROWS 16-byte loads in flight in registers while
 // the block finishes the current tile, so memory never idles between tiles.
-__global__ void __launch_bounds__(F_THREADS, F_MIN_BLOCKS) kgen_avg_pool2d_46f04745_fwd(const float* __restrict__ x, float* __restrict__ y,
+__global__ void __launch_bounds__(F_THREADS) kgen_avg_pool2d_c48d4bec_fwd(const float* __restrict__ x, float* __restrict__ y,
                                                             int64_t tiles) {
   __shared__ float colsum[F_ROWS * F_SPAN];
   constexpr int CA = kgen::floor_div(-PW, VEC) * VEC;
@@ -181,7 +180,7 @@ __global__ void __launch_bounds__(F_THREADS, F_MIN_BLOCKS) kgen_avg_pool2d_46f04
 // One block per tile of input rows x columns (grid-stride). Pass 1: for each tile row, gh[ow] = sum over the
 // windows (oh, ow) covering that row of grad_y / divisor. Pass 2: grad_x[ih, iw] = sum of gh over the windows
 // covering column iw; every element of grad_x is written (0 where no window reaches), with streaming stores.
-__global__ void __launch_bounds__(B_THREADS) kgen_avg_pool2d_46f04745_bwd(const float* __restrict__ gy, float* __restrict__ gx,
+__global__ void __launch_bounds__(B_THREADS) kgen_avg_pool2d_c48d4bec_bwd(const float* __restrict__ gy, float* __restrict__ gx,
                                                             int64_t tiles) {
   __shared__ float gh[B_ROWS * B_GW];
   for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
@@ -235,18 +234,18 @@ __global__ void __launch_bounds__(B_THREADS) kgen_avg_pool2d_46f04745_bwd(const 
 
 }  // namespace
 
-extern "C" cudaError_t kgen_avg_pool2d_46f04745_forward(const float* x, float* y, int64_t n, cudaStream_t stream) {
+extern "C" cudaError_t kgen_avg_pool2d_c48d4bec_forward(const float* x, float* y, int64_t n, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   const int64_t tiles = n * C * F_ROW_TILES * F_COL_TILES;
-  const int64_t resident = kgen::resident_blocks(kgen_avg_pool2d_46f04745_fwd, F_THREADS);
+  const int64_t resident = kgen::resident_blocks(kgen_avg_pool2d_c48d4bec_fwd, F_THREADS);
   if (resident <= 0) return cudaErrorInvalidConfiguration;
-  kgen_avg_pool2d_46f04745_fwd<<<kgen::grid_for(tiles < resident ? tiles : resident), F_THREADS, 0, stream>>>(x, y, tiles);
+  kgen_avg_pool2d_c48d4bec_fwd<<<kgen::grid_for(tiles < resident ? tiles : resident), F_THREADS, 0, stream>>>(x, y, tiles);
   return cudaGetLastError();
 }
 
-extern "C" cudaError_t kgen_avg_pool2d_46f04745_backward(const float* grad_y, float* grad_x, int64_t n, cudaStream_t stream) {
+extern "C" cudaError_t kgen_avg_pool2d_c48d4bec_backward(const float* grad_y, float* grad_x, int64_t n, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   const int64_t tiles = n * C * B_ROW_TILES * B_COL_TILES;
-  kgen_avg_pool2d_46f04745_bwd<<<kgen::grid_for(tiles), B_THREADS, 0, stream>>>(grad_y, grad_x, tiles);
+  kgen_avg_pool2d_c48d4bec_bwd<<<kgen::grid_for(tiles), B_THREADS, 0, stream>>>(grad_y, grad_x, tiles);
   return cudaGetLastError();
 }

@@ -2,7 +2,7 @@
 
 Do not edit: regenerate with `kgen generate kgen/problems/avg_pool2d.py` (a hand edit makes kgen refuse to overwrite
 this file without --force).
-kgen-checksum: 9c81daca0a64521fc9872df6bdb56b3bff19662ea6f6d2faa18dd581dd3ce07f
+kgen-checksum: d3d7076bbc97a77f9039f2ad025a86a73ee4fc1d5942924e88d56ddf3b34e84b
 
 Family avg_pool2d; spec 2466989f57346f63:
     C = 64
@@ -31,7 +31,7 @@ How it works:
 The CUDA and C++ sources below are also written beside this file (kernel.cu, binding.cpp) for reading. They are
 compiled on first import into the extension kgen_avg_pool2d_<hash> (the hash covers the sources, compiler flags,
 torch and CUDA versions and the GPU architecture), cached under $KGEN_CACHE_DIR (default ~/.cache/kgen), and
-loaded from there afterwards. Ops: torch.ops.kgen_avg_pool2d_46f04745.forward / .backward, with fake (meta) kernels and autograd
+loaded from there afterwards. Ops: torch.ops.kgen_avg_pool2d_c48d4bec.forward / .backward, with fake (meta) kernels and autograd
 registered below, so torch.compile(fullgraph=True) and torch.library.opcheck work.
 """
 
@@ -200,8 +200,8 @@ def kgen_load_extension(namespace, cuda_source, cpp_source):
     return ext_name
 
 # ---- generated kernels ------------------------------------------------------------------------------------------
-KGEN_NAMESPACE = "kgen_avg_pool2d_46f04745"
-KGEN_CUDA_SOURCE = r'''// kgen_avg_pool2d_46f04745: AvgPool2d forward and backward, specialized by kgen.
+KGEN_NAMESPACE = "kgen_avg_pool2d_c48d4bec"
+KGEN_CUDA_SOURCE = r'''// kgen_avg_pool2d_c48d4bec: AvgPool2d forward and backward, specialized by kgen.
 // x [N, 64, 2048, 2048] -> y [N, 64, 186, 186]; kernel 11x11, stride 11x11,
 // padding 0x0, ceil_mode=False, count_include_pad=True, divisor_override=None.
 // N is a run-time value; everything else is compile-time. All indexing that scales with N is 64-bit.
@@ -278,7 +278,6 @@ constexpr int VEC = 4;  // floats per global access (W % VEC == 0)
 constexpr int F_ROWS = 1, F_COLS = 186, F_THREADS = 512;
 constexpr int F_ROW_TILES = (HO + F_ROWS - 1) / F_ROWS, F_COL_TILES = (WO + F_COLS - 1) / F_COLS;
 constexpr int F_IN_ROWS = (F_ROWS - 1) * SH + KH;            // input rows one tile reads
-constexpr int F_MIN_BLOCKS = 2048 / F_THREADS < 2 ? 2048 / F_THREADS : 2;  // persistent variant: resident blocks per SM
 constexpr int F_SPAN = 2052;                          // colsum row length (>= input columns of a tile)
 // Backward tile: B_ROWS input rows x B_COLS input columns; each input element gathers its windows' gradients.
 constexpr int B_ROWS = 8, B_COLS = 2048, B_THREADS = 512;
@@ -335,7 +334,7 @@ __device__ __forceinline__ void accumulate(float (&acc)[F_ROWS][VEC], const kgen
 // Persistent forward (a row tile spans the whole width and one vector chunk per thread): each thread owns the same
 // VEC input columns of every tile and keeps the NEXT tile's F_IN_ROWS 16-byte loads in flight in registers while
 // the block finishes the current tile, so memory never idles between tiles.
-__global__ void __launch_bounds__(F_THREADS, F_MIN_BLOCKS) kgen_avg_pool2d_46f04745_fwd(const float* __restrict__ x, float* __restrict__ y,
+__global__ void __launch_bounds__(F_THREADS) kgen_avg_pool2d_c48d4bec_fwd(const float* __restrict__ x, float* __restrict__ y,
                                                             int64_t tiles) {
   __shared__ float colsum[F_ROWS * F_SPAN];
   constexpr int CA = kgen::floor_div(-PW, VEC) * VEC;
@@ -384,7 +383,7 @@ __global__ void __launch_bounds__(F_THREADS, F_MIN_BLOCKS) kgen_avg_pool2d_46f04
 // One block per tile of input rows x columns (grid-stride). Pass 1: for each tile row, gh[ow] = sum over the
 // windows (oh, ow) covering that row of grad_y / divisor. Pass 2: grad_x[ih, iw] = sum of gh over the windows
 // covering column iw; every element of grad_x is written (0 where no window reaches), with streaming stores.
-__global__ void __launch_bounds__(B_THREADS) kgen_avg_pool2d_46f04745_bwd(const float* __restrict__ gy, float* __restrict__ gx,
+__global__ void __launch_bounds__(B_THREADS) kgen_avg_pool2d_c48d4bec_bwd(const float* __restrict__ gy, float* __restrict__ gx,
                                                             int64_t tiles) {
   __shared__ float gh[B_ROWS * B_GW];
   for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
@@ -438,23 +437,23 @@ __global__ void __launch_bounds__(B_THREADS) kgen_avg_pool2d_46f04745_bwd(const 
 
 }  // namespace
 
-extern "C" cudaError_t kgen_avg_pool2d_46f04745_forward(const float* x, float* y, int64_t n, cudaStream_t stream) {
+extern "C" cudaError_t kgen_avg_pool2d_c48d4bec_forward(const float* x, float* y, int64_t n, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   const int64_t tiles = n * C * F_ROW_TILES * F_COL_TILES;
-  const int64_t resident = kgen::resident_blocks(kgen_avg_pool2d_46f04745_fwd, F_THREADS);
+  const int64_t resident = kgen::resident_blocks(kgen_avg_pool2d_c48d4bec_fwd, F_THREADS);
   if (resident <= 0) return cudaErrorInvalidConfiguration;
-  kgen_avg_pool2d_46f04745_fwd<<<kgen::grid_for(tiles < resident ? tiles : resident), F_THREADS, 0, stream>>>(x, y, tiles);
+  kgen_avg_pool2d_c48d4bec_fwd<<<kgen::grid_for(tiles < resident ? tiles : resident), F_THREADS, 0, stream>>>(x, y, tiles);
   return cudaGetLastError();
 }
 
-extern "C" cudaError_t kgen_avg_pool2d_46f04745_backward(const float* grad_y, float* grad_x, int64_t n, cudaStream_t stream) {
+extern "C" cudaError_t kgen_avg_pool2d_c48d4bec_backward(const float* grad_y, float* grad_x, int64_t n, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   const int64_t tiles = n * C * B_ROW_TILES * B_COL_TILES;
-  kgen_avg_pool2d_46f04745_bwd<<<kgen::grid_for(tiles), B_THREADS, 0, stream>>>(grad_y, grad_x, tiles);
+  kgen_avg_pool2d_c48d4bec_bwd<<<kgen::grid_for(tiles), B_THREADS, 0, stream>>>(grad_y, grad_x, tiles);
   return cudaGetLastError();
 }
 '''
-KGEN_CPP_SOURCE = r'''// kgen_avg_pool2d_46f04745: torch glue for the AvgPool2d kernels in kernel.cu (ops under torch.ops.kgen_avg_pool2d_46f04745).
+KGEN_CPP_SOURCE = r'''// kgen_avg_pool2d_c48d4bec: torch glue for the AvgPool2d kernels in kernel.cu (ops under torch.ops.kgen_avg_pool2d_c48d4bec).
 // kgen fixed C++ glue helpers (pulled into each rendered binding by Jinja include).
 // Light headers only: torch/library.h and ATen/core, not torch/extension.h.
 #include <torch/library.h>
@@ -508,8 +507,8 @@ inline void check_same_device(const at::Tensor& a, const at::Tensor& b, const ch
 
 }  // namespace kgen_glue
 
-extern "C" cudaError_t kgen_avg_pool2d_46f04745_forward(const float* x, float* y, int64_t n, cudaStream_t stream);
-extern "C" cudaError_t kgen_avg_pool2d_46f04745_backward(const float* grad_y, float* grad_x, int64_t n, cudaStream_t stream);
+extern "C" cudaError_t kgen_avg_pool2d_c48d4bec_forward(const float* x, float* y, int64_t n, cudaStream_t stream);
+extern "C" cudaError_t kgen_avg_pool2d_c48d4bec_backward(const float* grad_y, float* grad_x, int64_t n, cudaStream_t stream);
 
 namespace {
 
@@ -519,7 +518,7 @@ at::Tensor forward(const at::Tensor& x_in) {
   const at::Tensor x = kgen_glue::check_input(x_in, "input x", {-1, 64, 2048, 2048}, kProblem);
   const c10::cuda::CUDAGuard guard(x.device());
   at::Tensor y = at::empty({x.size(0), 64, 186, 186}, x.options());
-  kgen_glue::check_launch(kgen_avg_pool2d_46f04745_forward(x.data_ptr<float>(), y.data_ptr<float>(), x.size(0),
+  kgen_glue::check_launch(kgen_avg_pool2d_c48d4bec_forward(x.data_ptr<float>(), y.data_ptr<float>(), x.size(0),
                                              c10::cuda::getCurrentCUDAStream().stream()), "avg_pool2d forward", kProblem);
   return y;
 }
@@ -528,24 +527,24 @@ at::Tensor backward(const at::Tensor& grad_y_in) {
   const at::Tensor grad_y = kgen_glue::check_input(grad_y_in, "grad_y", {-1, 64, 186, 186}, kProblem);
   const c10::cuda::CUDAGuard guard(grad_y.device());
   at::Tensor grad_x = at::empty({grad_y.size(0), 64, 2048, 2048}, grad_y.options());
-  kgen_glue::check_launch(kgen_avg_pool2d_46f04745_backward(grad_y.data_ptr<float>(), grad_x.data_ptr<float>(), grad_y.size(0),
+  kgen_glue::check_launch(kgen_avg_pool2d_c48d4bec_backward(grad_y.data_ptr<float>(), grad_x.data_ptr<float>(), grad_y.size(0),
                                               c10::cuda::getCurrentCUDAStream().stream()), "avg_pool2d backward", kProblem);
   return grad_x;
 }
 
 }  // namespace
 
-TORCH_LIBRARY(kgen_avg_pool2d_46f04745, m) {
+TORCH_LIBRARY(kgen_avg_pool2d_c48d4bec, m) {
   m.def("forward(Tensor x) -> Tensor");
   m.def("backward(Tensor grad_y) -> Tensor");
 }
 
 // CPU inputs reach the same functions, which reject them with a message saying what to do.
-TORCH_LIBRARY_IMPL(kgen_avg_pool2d_46f04745, CUDA, m) {
+TORCH_LIBRARY_IMPL(kgen_avg_pool2d_c48d4bec, CUDA, m) {
   m.impl("forward", &forward);
   m.impl("backward", &backward);
 }
-TORCH_LIBRARY_IMPL(kgen_avg_pool2d_46f04745, CPU, m) {
+TORCH_LIBRARY_IMPL(kgen_avg_pool2d_c48d4bec, CPU, m) {
   m.impl("forward", &forward);
   m.impl("backward", &backward);
 }
@@ -587,11 +586,11 @@ def kgen_register():
         """The gradient of an average pool needs only grad_y: nothing to save."""
 
     def backward(ctx, grad_y):
-        return torch.ops.kgen_avg_pool2d_46f04745.backward(grad_y)
+        return torch.ops.kgen_avg_pool2d_c48d4bec.backward(grad_y)
 
-    torch.library.register_fake("kgen_avg_pool2d_46f04745::forward", forward_fake)
-    torch.library.register_fake("kgen_avg_pool2d_46f04745::backward", backward_fake)
-    torch.library.register_autograd("kgen_avg_pool2d_46f04745::forward", backward, setup_context=setup_context)
+    torch.library.register_fake("kgen_avg_pool2d_c48d4bec::forward", forward_fake)
+    torch.library.register_fake("kgen_avg_pool2d_c48d4bec::backward", backward_fake)
+    torch.library.register_autograd("kgen_avg_pool2d_c48d4bec::forward", backward, setup_context=setup_context)
 
 
 class ModelNew(nn.Module):
@@ -606,7 +605,7 @@ class ModelNew(nn.Module):
     def forward(self, x):
         if kgen_ops is None:
             kgen_load()
-        return torch.ops.kgen_avg_pool2d_46f04745.forward(x)
+        return torch.ops.kgen_avg_pool2d_c48d4bec.forward(x)
 
 
 if torch.cuda.is_available():
