@@ -119,6 +119,7 @@ def render(spec, name=None):
     ctx = {k: spec[k] for k in BASE_KEYS}
     ctx.update({k: v for k, v in derive(spec).items()
                 if k in ("TPH", "TPW", "TPH_B", "TPW_B", "CI_CHUNK", "GRID_BWD")})
+    ctx.update(spec.get("OVR", {}))  # harness-only tiling overrides for A/B timing
     if name is None:
         name = "kgen_conv2d_avgpool_act_reduce_" + hashlib.sha1(repr(sorted(ctx.items())).encode()).hexdigest()[:8]
     ctx["name"] = name
@@ -366,7 +367,12 @@ def timings(kern_by_act, do_compile, log):
         rows.append((f"kgen fwd [{act}]", f"{m1[0]:.3f}", f"min {m1[1]:.3f}"))
         rows.append((f"kgen bwd [{act}]", f"{m3[0]:.3f}", f"min {m3[1]:.3f}"))
         rows.append((f"kgen fwd+bwd [{act}]", f"{m2[0]:.3f}", f"min {m2[1]:.3f}"))
-        if act != "tanh":
+        if act == list(kern_by_act)[0]:
+            m4 = bench(lambda: kern.backward(go, x, w, b, None, gw, gb, ws, n))
+            m5 = bench(lambda: kern.backward(go, x, w, b, gx, None, None, ws, n))
+            rows.append((f"kgen bwd gw+gb only [{act}]", f"{m4[0]:.3f}", ""))
+            rows.append((f"kgen bwd gx only [{act}]", f"{m5[0]:.3f}", ""))
+        if act != list(kern_by_act)[0]:
             continue
         xr = x.clone().requires_grad_(True)
         wr = w.clone().requires_grad_(True)
@@ -412,6 +418,8 @@ def main():
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--render-only", default=None, help="render + nvcc -c into DIR, no GPU")
     ap.add_argument("--profile", action="store_true", help="only run bundled fwd+bwd a few times (for ncu)")
+    ap.add_argument("--variants", default="", help="';'-separated tiling overrides to time, e.g. 'TPH=4,TPW=32'")
+    ap.add_argument("--variant-act", default="sigmoid")
     ap.add_argument("--time-acts", default="tanh", help="comma list of ACTs to time on the bundled shape")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
@@ -444,6 +452,10 @@ def main():
         return
     cs = cases(args.quick)
     time_specs = {a: make_spec(act=a) for a in args.time_acts.split(",") if a}
+    for v in args.variants.split(";"):
+        if v:  # e.g. "TPH=4,TPW=32"
+            ovr = {kv.split("=")[0]: int(kv.split("=")[1]) for kv in v.split(",")}
+            time_specs[f"{args.variant_act}+{v}"] = make_spec(act=args.variant_act, OVR=ovr)
     specs = {lbl: sp for lbl, sp, _, _ in cs}
     for a, sp in time_specs.items():
         specs["time-" + a] = sp
