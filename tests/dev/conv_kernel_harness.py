@@ -70,7 +70,7 @@ def derive(spec):
                     best = (key, tph, tpw, _r(m, 16))
         return best
 
-    f = best_tile(256, False)
+    f = best_tile(240, False)  # 240: fragment-ordered W (2x) + tile fit 2 blocks/SM
     TPH, TPW, F_MPAD = f[1], f[2], f[3]
     b = None
     for budget in (160, 256, 512, 1024, 4096):
@@ -82,7 +82,7 @@ def derive(spec):
     def smem(ci_chunk):
         kc8 = _r(ci_chunk * KK, 8)
         kp = kc8 + 4
-        fw = (CO_ALL * kp + F_MPAD * kp + 32 + CO_ALL) * 4
+        fw = (kc8 * CO_ALL * 2 + F_MPAD * kp + 32 + CO_ALL) * 4  # W as pre-split fragments (FWD_WFRAG)
         bw = (CO_ALL * kp + B_MPAD * kp + B_MPAD * (CO_ALL + 4) + B_MPAD + CO_ALL) * 4
         return fw, bw
 
@@ -94,7 +94,7 @@ def derive(spec):
             break
     if max(smem(CI_CHUNK)) > 227 * 1024:
         raise ValueError("shape does not fit the template's shared-memory tiling")
-    return dict(TPH=TPH, TPW=TPW, TPH_B=TPH_B, TPW_B=TPW_B, CI_CHUNK=CI_CHUNK, GRID_BWD=264,
+    return dict(TPH=TPH, TPW=TPW, TPH_B=TPH_B, TPW_B=TPW_B, CI_CHUNK=CI_CHUNK, GRID_BWD=264, FWD_WFRAG=1,
                 # informational
                 HO=HO, WO=WO, PHO=PHO, PWO=PWO, F_SMEM=smem(CI_CHUNK)[0], B_SMEM=smem(CI_CHUNK)[1])
 
@@ -118,7 +118,7 @@ def render(spec, name=None):
                              keep_trailing_newline=True)
     ctx = {k: spec[k] for k in BASE_KEYS}
     ctx.update({k: v for k, v in derive(spec).items()
-                if k in ("TPH", "TPW", "TPH_B", "TPW_B", "CI_CHUNK", "GRID_BWD")})
+                if k in ("TPH", "TPW", "TPH_B", "TPW_B", "CI_CHUNK", "GRID_BWD", "FWD_WFRAG")})
     ctx.update(spec.get("OVR", {}))  # harness-only tiling overrides for A/B timing
     if name is None:
         name = "kgen_conv2d_avgpool_act_reduce_" + hashlib.sha1(repr(sorted(ctx.items())).encode()).hexdigest()[:8]
@@ -420,6 +420,7 @@ def main():
     ap.add_argument("--profile", action="store_true", help="only run bundled fwd+bwd a few times (for ncu)")
     ap.add_argument("--variants", default="", help="';'-separated tiling overrides to time, e.g. 'TPH=4,TPW=32'")
     ap.add_argument("--variant-act", default="sigmoid")
+    ap.add_argument("--ovr", default="", help="override applied to every correctness case, e.g. FWD_WFRAG=0")
     ap.add_argument("--time-acts", default="tanh", help="comma list of ACTs to time on the bundled shape")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
@@ -432,7 +433,7 @@ def main():
 
     if args.profile:
         import torch
-        sp = make_spec(act="tanh")
+        sp = make_spec(act="sigmoid")
         work = tempfile.mkdtemp(prefix="kgen_prof_")
         name, so, ptx, _ = compile_so(sp, work)
         print("\n".join(ptx))
@@ -451,6 +452,9 @@ def main():
         torch.cuda.synchronize()
         return
     cs = cases(args.quick)
+    if args.ovr:
+        govr = {kv.split("=")[0]: int(kv.split("=")[1]) for kv in args.ovr.split(",")}
+        cs = [(l + "@" + args.ovr, dict(sp, OVR=govr), n, b) for l, sp, n, b in cs]
     time_specs = {a: make_spec(act=a) for a in args.time_acts.split(",") if a}
     for v in args.variants.split(";"):
         if v:  # e.g. "TPH=4,TPW=32"
