@@ -1,4 +1,4 @@
-// kgen: fused Conv2d -> AvgPool2d -> sigmoid -> sum over [C,H,W]  (kgen_conv2d_avgpool_act_reduce_addf6696)
+// kgen: fused Conv2d -> AvgPool2d -> sigmoid -> sum over [C,H,W]  (kgen_conv2d_avgpool_act_reduce_d61badc2)
 // Pool-first: conv followed by avg-pool is one linear map, so each pooled output is
 //   pre[n,co,ph,pw] = bias[co] + sum_k (W[co,k]/DIV) * Bs[n,ph,pw,k]   (k = ci*KH*KW + ky*KW + kx)
 // where Bs is a PKH x PKW box sum of the (zero-padded) input at the conv tap offsets.
@@ -10,7 +10,7 @@
 #include <math.h>
 #include <cooperative_groups.h>
 
-namespace kgen_conv2d_avgpool_act_reduce_addf6696_ns {
+namespace kgen_conv2d_avgpool_act_reduce_d61badc2_ns {
 namespace cg = cooperative_groups;
 
 
@@ -48,6 +48,7 @@ constexpr int TPH = 8, TPW = 32;          // forward tile, pooled positions
 constexpr int TPH_B = 7, TPW_B = 19;  // backward core tile, pooled positions
 constexpr int CI_CHUNK = 8;                  // input channels per K chunk
 constexpr int GRID_BWD = 264;                  // max blocks of the backward kernel
+constexpr bool FWD_WFRAG = 1;   // forward keeps W as pre-split tf32 hi/lo B fragments
 
 constexpr int HO = (H + 2 * PH - DH * (KH - 1) - 1) / SH + 1;
 constexpr int WO = (W + 2 * PW - DW * (KW - 1) - 1) / SW + 1;
@@ -77,6 +78,8 @@ constexpr int HALO_W = (B_TW == 1) ? 0 : (PC - 1) / S_W;
 constexpr int B_EH = TPH_B + HALO_H, B_EW = TPW_B + HALO_W, B_M = B_EH * B_EW;
 constexpr int B_MPAD = (B_M + 15) / 16 * 16, B_MT = B_MPAD / 16, B_MTW = (B_MT + NW - 1) / NW;
 constexpr int NPH = (PKH + PSH - 1) / PSH, NPW = (PKW + PSW - 1) / PSW;
+constexpr int DB_SEG = CO_ALL >= NT ? 1 : (NT / CO_ALL >= 32 ? 32 : NT / CO_ALL >= 16 ? 16 : NT / CO_ALL >= 8 ? 8
+                       : NT / CO_ALL >= 4 ? 4 : NT / CO_ALL >= 2 ? 2 : 1);   // threads per channel for grad_b
 constexpr int PART = CO * KTOT + CO;
 constexpr float BSCALE = (float)(PKH * PKW) / (float)DIV;  // avg-pool of a constant bias with divisor_override                      // floats of one block's grad_w/grad_b partial
 constexpr bool VEC4 = (S_W % 4 == 0) && (PW % 4 == 0) && (W % 4 == 0);
@@ -94,19 +97,22 @@ __host__ __device__ constexpr bool col_used(int cc) {
             if (j * SW + kx * DW == cc) return true;
     return false;
 }
-constexpr size_t F_SMEM = (size_t)(CO_ALL * KP + F_MPAD * KP + 32 + CO_ALL) * 4;
+constexpr int WS_FLOATS = FWD_WFRAG ? KC8 * CO_ALL * 2 : CO_ALL * KP;   // forward W staging
+constexpr size_t F_SMEM = (size_t)(WS_FLOATS + F_MPAD * KP + 32 + CO_ALL) * 4;
 constexpr size_t B_SMEM = (size_t)(CO_ALL * KP + B_MPAD * KP + B_MPAD * CP + B_MPAD + CO_ALL) * 4;
 constexpr bool NEED_BOUNDS = (PH > 0 || PW > 0);  // without padding a valid window never leaves the image
-constexpr int F_MINB = F_SMEM <= 113 * 1024 ? 2 : 1;
-constexpr int B_MINB = B_SMEM <= 113 * 1024 ? 2 : 1;
+// (large box-sum footprints PR*KW > 20 get the full register file: 1 block/SM guaranteed, no spills)
+constexpr bool SLIM = PR * KW <= 20;
+constexpr int F_MINB = (SLIM && F_SMEM <= 113 * 1024) ? 2 : 1;  // (3 blocks/SM at <= 80 registers measured slower)
+constexpr int B_MINB = (SLIM && B_SMEM <= 113 * 1024) ? 2 : 1;
 static_assert(F_SMEM <= 227 * 1024 && B_SMEM <= 227 * 1024, "tile does not fit shared memory");
 
 // ---------------- activation ----------------
 __device__ __forceinline__ float act_fwd(float v) {
-    return 1.0f / (1.0f + expf(-v));
+    return __fdividef(1.0f, 1.0f + __expf(-v));   // __fdividef(1, inf) = 0
 }
 __device__ __forceinline__ float act_grad(float v) {
-    const float s = 1.0f / (1.0f + expf(-v));
+    const float s = __fdividef(1.0f, 1.0f + __expf(-v));
     return s * (1.0f - s);
 }
 
@@ -119,6 +125,28 @@ __device__ __forceinline__ void stage_w(float* Ws, const float* __restrict__ w, 
         if (co < CO && kk < KC && ch * CI_CHUNK + kk / KK < CI)
             v = __ldg(w + (size_t)co * KTOT + (size_t)ch * CI_CHUNK * KK + kk) / (float)DIV;
         Ws[idx] = v;
+    }
+}
+
+// Wf[(ks*(CO_ALL/8) + j)*32 + lane] = {hi(b0), hi(b1), lo(b0), lo(b1)}: the m16n8k8 B fragment of lane
+// for k-step ks and n-tile j (b0 = W[j*8+g][ks*8+t]/DIV, b1 = W[j*8+g][ks*8+t+4]/DIV)
+__device__ __forceinline__ void stage_wfrag(float4* Wf, const float* __restrict__ w, int ch) {
+    constexpr int NJ = CO_ALL / 8;
+    for (int idx = threadIdx.x; idx < KN8 * NJ * 32; idx += NT) {
+        const int lane = idx & 31, j = (idx >> 5) % NJ, ks = (idx >> 5) / NJ;
+        const int co = j * 8 + (lane >> 2), k0 = ks * 8 + (lane & 3);
+        float bv[2];
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const int kk = k0 + 4 * e;
+            bv[e] = 0.0f;
+            if (co < CO && kk < KC && ch * CI_CHUNK + kk / KK < CI)
+                bv[e] = __ldg(w + (size_t)co * KTOT + (size_t)ch * CI_CHUNK * KK + kk) / (float)DIV;
+        }
+        uint32_t h0, l0, h1, l1;
+        kg_split(bv[0], h0, l0);
+        kg_split(bv[1], h1, l1);
+        Wf[idx] = make_float4(__uint_as_float(h0), __uint_as_float(h1), __uint_as_float(l0), __uint_as_float(l1));
     }
 }
 
@@ -273,6 +301,43 @@ __device__ __forceinline__ void gemm1(const float* As, const float* Ws, int co0,
     }
 }
 
+// gemm1 with B fragments read pre-split from Wf (one 16-byte load, no conversion)
+template <int MT, int MTW>
+__device__ __forceinline__ void gemm1_wf(const float* As, const float4* Wf, int co0, float (&acc)[MTW][NT8][4]) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int ks = 0; ks < KN8; ++ks) {
+        KgAFrag a[MTW];
+#pragma unroll
+        for (int i = 0; i < MTW; ++i) {
+            const int mt = warp + NW * i;
+            if (mt < MT) {
+                const float* p = As + (mt * 16 + g) * KP + ks * 8 + t;
+                kg_split(p[0], a[i].h[0], a[i].l[0]);
+                kg_split(p[8 * KP], a[i].h[1], a[i].l[1]);
+                kg_split(p[4], a[i].h[2], a[i].l[2]);
+                kg_split(p[8 * KP + 4], a[i].h[3], a[i].l[3]);
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < NT8; ++j) {
+            const float4 v = Wf[(ks * (CO_ALL / 8) + co0 / 8 + j) * 32 + lane];
+            KgBFrag b;
+            b.h[0] = __float_as_uint(v.x); b.h[1] = __float_as_uint(v.y);
+            b.l[0] = __float_as_uint(v.z); b.l[1] = __float_as_uint(v.w);
+#pragma unroll
+            for (int i = 0; i < MTW; ++i)
+                if (warp + NW * i < MT) kg_mma(acc[i][j], a[i].l[0], a[i].l[1], a[i].l[2], a[i].l[3], b.h[0], b.h[1]);
+#pragma unroll
+            for (int i = 0; i < MTW; ++i)
+                if (warp + NW * i < MT) kg_mma(acc[i][j], a[i].h[0], a[i].h[1], a[i].h[2], a[i].h[3], b.l[0], b.l[1]);
+#pragma unroll
+            for (int i = 0; i < MTW; ++i)
+                if (warp + NW * i < MT) kg_mma(acc[i][j], a[i].h[0], a[i].h[1], a[i].h[2], a[i].h[3], b.h[0], b.h[1]);
+        }
+    }
+}
+
 // ---------------- forward: x -> out[n], one launch ----------------
 // grid = n * cl blocks, clusters of cl blocks per image; block `rank` handles tiles rank, rank+cl, ...
 // The cl partial sums are combined in rank order through distributed shared memory: deterministic.
@@ -281,14 +346,17 @@ fwd_kernel(const float* __restrict__ x, const float* __restrict__ w, const float
            float* __restrict__ out, int cl) {
     extern __shared__ float4 smem_f4[];
     float* Ws = reinterpret_cast<float*>(smem_f4);
-    float* As = Ws + CO_ALL * KP;
+    float4* Wf = reinterpret_cast<float4*>(smem_f4);
+    float* As = Ws + WS_FLOATS;
     float* red = As + F_MPAD * KP;
     float* bias_s = red + 32;
     for (int i = threadIdx.x; i < CO_ALL; i += NT) bias_s[i] = (b != nullptr && i < CO) ? __ldg(b + i) * BSCALE : 0.0f;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const long long img = blockIdx.x / cl;
     const int rank = (int)(blockIdx.x - img * cl);
-    if constexpr (NCHUNK == 1) stage_w(Ws, w, 0);
+    if constexpr (NCHUNK == 1) {
+        if constexpr (FWD_WFRAG) stage_wfrag(Wf, w, 0); else stage_w(Ws, w, 0);
+    }
     float tsum = 0.0f;
     for (int tile = rank; tile < F_TILES; tile += cl) {
         const int th = tile / F_TW, tw = tile - th * F_TW;
@@ -304,11 +372,14 @@ fwd_kernel(const float* __restrict__ x, const float* __restrict__ w, const float
             for (int ch = 0; ch < NCHUNK; ++ch) {
                 if (NCHUNK > 1 || cc == 0) {
                     __syncthreads();
-                    if constexpr (NCHUNK > 1) stage_w(Ws, w, ch);
+                    if constexpr (NCHUNK > 1) {
+                        if constexpr (FWD_WFRAG) stage_wfrag(Wf, w, ch); else stage_w(Ws, w, ch);
+                    }
                     compute_as<F_EW, F_M, F_MPAD>(x, As, img, ch, ph0, pw0);
                     __syncthreads();
                 }
-                gemm1<F_MT, F_MTW>(As, Ws, cc * COCH, acc);
+                if constexpr (FWD_WFRAG) gemm1_wf<F_MT, F_MTW>(As, Wf, cc * COCH, acc);
+                else gemm1<F_MT, F_MTW>(As, Ws, cc * COCH, acc);
             }
 #pragma unroll
             for (int i = 0; i < F_MTW; ++i) {
@@ -433,11 +504,18 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
         }
         __syncthreads();
         if (want_wb) {
-            for (int co = threadIdx.x; co < CO; co += NT) {
-                float s = 0.0f;
-                for (int m = 0; m < B_MPAD; ++m) s += Dp[m * CP + co] * mask[m];
-                float* p = mypart + CO * KTOT + co;
-                *p = first ? s : (*p + s);
+            for (int base = 0; base < CO_ALL * DB_SEG; base += NT) {
+                const int idx = base + threadIdx.x;
+                const int co = idx / DB_SEG, sg = idx - co * DB_SEG;
+                float sum = 0.0f;
+                if (co < CO)
+                    for (int m = sg; m < B_MPAD; m += DB_SEG) sum += Dp[m * CP + co] * mask[m];
+#pragma unroll
+                for (int o = DB_SEG / 2; o >= 1; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+                if (sg == 0 && co < CO) {
+                    float* p = mypart + CO * KTOT + co;
+                    *p = first ? sum : (*p + sum);
+                }
             }
         }
         for (int ch = 0; ch < NCHUNK; ++ch) {
@@ -449,7 +527,52 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
             }
             // ---- grad_w partial: dW[co][kk] += sum_m dpre[m][co]*mask[m] * As[m][kk] ----
             if (want_wb) {
-                constexpr int DW_NT = KN8, DW_TILES = (CO_ALL / 16) * DW_NT, DW_PER = (DW_TILES + NW - 1) / NW;
+                constexpr int DW_MT = CO_ALL / 16, DW_NT = KN8;
+                if constexpr (NW % DW_MT == 0) {
+                    constexpr int WPM = NW / DW_MT, NJP = (DW_NT + WPM - 1) / WPM;
+                    const int mi = warp / WPM, nj0 = warp - mi * WPM;
+                    float c[NJP][4];
+#pragma unroll
+                    for (int q = 0; q < NJP; ++q)
+#pragma unroll
+                        for (int r = 0; r < 4; ++r) c[q][r] = 0.0f;
+#pragma unroll 1
+                    for (int ms = 0; ms < B_MPAD / 8; ++ms) {
+                        const int m0 = ms * 8;
+                        const float mk0 = mask[m0 + t], mk1 = mask[m0 + t + 4];
+                        const float* pa = Dp + (m0 + t) * CP + mi * 16 + g;
+                        KgAFrag a;
+                        kg_split(pa[0] * mk0, a.h[0], a.l[0]);
+                        kg_split(pa[8] * mk0, a.h[1], a.l[1]);
+                        kg_split(pa[4 * CP] * mk1, a.h[2], a.l[2]);
+                        kg_split(pa[4 * CP + 8] * mk1, a.h[3], a.l[3]);
+#pragma unroll
+                        for (int q = 0; q < NJP; ++q) {
+                            const int nj = nj0 + WPM * q;
+                            if (DW_NT % WPM != 0 && nj >= DW_NT) continue;
+                            const float* pb = As + (m0 + t) * KP + nj * 8 + g;
+                            KgBFrag bf;
+                            kg_split(pb[0], bf.h[0], bf.l[0]);
+                            kg_split(pb[4 * KP], bf.h[1], bf.l[1]);
+                            kg_mma3(c[q], a, bf);
+                        }
+                    }
+#pragma unroll
+                    for (int q = 0; q < NJP; ++q) {
+                        const int nj = nj0 + WPM * q;
+                        if (nj >= DW_NT) continue;
+#pragma unroll
+                        for (int r = 0; r < 4; ++r) {
+                            const int co = mi * 16 + g + (r >> 1) * 8;
+                            const int kk = nj * 8 + 2 * t + (r & 1);
+                            if (co < CO && kk < KC && ch * CI_CHUNK + kk / KK < CI) {
+                                float* p = mypart + (size_t)co * KTOT + (size_t)ch * CI_CHUNK * KK + kk;
+                                *p = first ? c[q][r] : (*p + c[q][r]);
+                            }
+                        }
+                    }
+                } else {
+                constexpr int DW_TILES = DW_MT * DW_NT, DW_PER = (DW_TILES + NW - 1) / NW;
                 float c[DW_PER][4];
 #pragma unroll
                 for (int q = 0; q < DW_PER; ++q)
@@ -491,6 +614,7 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
                             *p = first ? c[q][r] : (*p + c[q][r]);
                         }
                     }
+                }
                 }
             }
             if (grad_x != nullptr) {
@@ -546,34 +670,18 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
                 const int ncl = min(CI_CHUNK, CI - ch * CI_CHUNK);
                 if (nr > 0 && nc > 0) {
                     constexpr int GV = VEC4 ? 4 : 1;   // VEC4 => c_lo, c_hi and W are multiples of 4
-                    const int ncq = nc / GV, per = nr * ncq, total = ncl * per;
-                    for (int idx = threadIdx.x; idx < total; idx += NT) {
-                        const int cl = idx / per, rem = idx - cl * per;
-                        const int rr = rem / ncq, cbase = c_lo + (rem - rr * ncq) * GV, r = r_lo + rr;
-                        int roff[KH][NPH];
+                    constexpr int RS = 8;              // row groups
+                    const int ncq = nc / GV, items = RS * ncl * ncq;
+                    for (int idx = threadIdx.x; idx < items; idx += NT) {
+                        const int q = idx % ncq, rest = idx / ncq;
+                        const int cl = rest % ncl, rg = rest / ncl;
+                        const int cbase = c_lo + q * GV;
+                        int coff[GV][KW][NPW];
 #pragma unroll
-                        for (int ky = 0; ky < KH; ++ky) {
-                            const int qr = r + PH - ky * DH;
-#pragma unroll
-                            for (int a = 0; a < NPH; ++a) {
-                                int e = -1;
-                                if (qr >= 0 && (SH == 1 || qr % SH == 0)) {
-                                    const int u = qr / SH;
-                                    const int ph = u / PSH - a;
-                                    if (ph >= 0 && ph < PHO && u - ph * PSH < PKH)
-                                        e = (ph - ph_base) * B_EW * KP + cl * KK + ky * KW;
-                                }
-                                roff[ky][a] = e;
-                            }
-                        }
-                        float sv[GV];
-#pragma unroll
-                        for (int jj = 0; jj < GV; ++jj) {
-                            const int c = cbase + jj;
-                            int coff[KW][NPW];
+                        for (int jj = 0; jj < GV; ++jj)
 #pragma unroll
                             for (int kx = 0; kx < KW; ++kx) {
-                                const int qc = c + PW - kx * DW;
+                                const int qc = cbase + jj + PW - kx * DW;
 #pragma unroll
                                 for (int bb = 0; bb < NPW; ++bb) {
                                     int e = -1;
@@ -582,28 +690,50 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
                                         const int pw = u / PSW - bb;
                                         if (pw >= 0 && pw < PWO && u - pw * PSW < PKW) e = (pw - pw_base) * KP + kx;
                                     }
-                                    coff[kx][bb] = e;
+                                    coff[jj][kx][bb] = e;
                                 }
                             }
-                            float s = 0.0f;
+                        float* gcol = grad_x + ((size_t)img * CI + ch * CI_CHUNK + cl) * (size_t)H * W + cbase;
+                        for (int r = r_lo + rg; r < r_hi; r += RS) {
+                            int roff[KH][NPH];
 #pragma unroll
-                            for (int ky = 0; ky < KH; ++ky)
+                            for (int ky = 0; ky < KH; ++ky) {
+                                const int qr = r + PH - ky * DH;
 #pragma unroll
                                 for (int a = 0; a < NPH; ++a) {
-                                    if (roff[ky][a] < 0) continue;
-#pragma unroll
-                                    for (int kx = 0; kx < KW; ++kx)
-#pragma unroll
-                                        for (int bb = 0; bb < NPW; ++bb)
-                                            if (coff[kx][bb] >= 0) s += As[roff[ky][a] + coff[kx][bb]];
+                                    int e = -1;
+                                    if (qr >= 0 && (SH == 1 || qr % SH == 0)) {
+                                        const int u = qr / SH;
+                                        const int ph = u / PSH - a;
+                                        if (ph >= 0 && ph < PHO && u - ph * PSH < PKH)
+                                            e = (ph - ph_base) * B_EW * KP + cl * KK + ky * KW;
+                                    }
+                                    roff[ky][a] = e;
                                 }
-                            sv[jj] = s;
-                        }
-                        float* gp = grad_x + (((size_t)img * CI + ch * CI_CHUNK + cl) * H + r) * (size_t)W + cbase;
-                        if constexpr (GV == 4) {
-                            *reinterpret_cast<float4*>(gp) = make_float4(sv[0], sv[1], sv[2], sv[3]);
-                        } else {
-                            gp[0] = sv[0];
+                            }
+                            float sv[GV];
+#pragma unroll
+                            for (int jj = 0; jj < GV; ++jj) {
+                                float sacc = 0.0f;
+#pragma unroll
+                                for (int ky = 0; ky < KH; ++ky)
+#pragma unroll
+                                    for (int a = 0; a < NPH; ++a) {
+                                        if (roff[ky][a] < 0) continue;
+#pragma unroll
+                                        for (int kx = 0; kx < KW; ++kx)
+#pragma unroll
+                                            for (int bb = 0; bb < NPW; ++bb)
+                                                if (coff[jj][kx][bb] >= 0) sacc += As[roff[ky][a] + coff[jj][kx][bb]];
+                                    }
+                                sv[jj] = sacc;
+                            }
+                            float* gp = gcol + (size_t)r * W;
+                            if constexpr (GV == 4) {
+                                *reinterpret_cast<float4*>(gp) = make_float4(sv[0], sv[1], sv[2], sv[3]);
+                            } else {
+                                gp[0] = sv[0];
+                            }
                         }
                     }
                 }
@@ -653,26 +783,31 @@ static inline long long bwd_grid(int64_t n) {
     return tiles < GRID_BWD ? tiles : GRID_BWD;
 }
 
-}  // namespace kgen_conv2d_avgpool_act_reduce_addf6696_ns
+}  // namespace kgen_conv2d_avgpool_act_reduce_d61badc2_ns
 
-extern "C" size_t kgen_conv2d_avgpool_act_reduce_addf6696_workspace_bytes(int64_t n) {
-    using namespace kgen_conv2d_avgpool_act_reduce_addf6696_ns;
+extern "C" size_t kgen_conv2d_avgpool_act_reduce_d61badc2_workspace_bytes(int64_t n) {
+    using namespace kgen_conv2d_avgpool_act_reduce_d61badc2_ns;
     if (n <= 0) return 0;
     return (size_t)bwd_grid(n) * PART * sizeof(float);
 }
 
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_addf6696_forward(const float* x, const float* w, const float* b, float* out,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_d61badc2_forward(const float* x, const float* w, const float* b, float* out,
                                          void* workspace, int64_t n, cudaStream_t stream) {
-    using namespace kgen_conv2d_avgpool_act_reduce_addf6696_ns;
+    using namespace kgen_conv2d_avgpool_act_reduce_d61badc2_ns;
     (void)workspace;
     if (n <= 0) return cudaSuccess;
     DevInfo* d = nullptr;
     cudaError_t e = dev_info(&d);
     if (e != cudaSuccess) return e;
-    // cluster size: spread an image over up to 8 blocks while the grid fits one wave
+    // cluster size cl (1..8 blocks per image): minimise waves x tiles-per-block
     const long long slots = (long long)d->sms * d->fwd_per_sm;
     int cl = 1;
-    while (cl < 8 && cl * 2 <= F_TILES && (long long)n * cl * 2 <= slots) cl *= 2;
+    long long best = -1;
+    for (int c = 1; c <= 8 && c <= F_TILES; ++c) {
+        const long long waves = ((long long)n * c + slots - 1) / slots;
+        const long long cost = waves * ((F_TILES + c - 1) / c);
+        if (best < 0 || cost < best) { best = cost; cl = c; }
+    }
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3((unsigned)((long long)n * cl), 1, 1);
     cfg.blockDim = dim3(NT, 1, 1);
@@ -690,10 +825,10 @@ extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_addf6696_forward(const flo
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_addf6696_backward(const float* grad_out, const float* x, const float* w, const float* b,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_d61badc2_backward(const float* grad_out, const float* x, const float* w, const float* b,
                                           float* grad_x, float* grad_w, float* grad_b, void* workspace,
                                           int64_t n, cudaStream_t stream) {
-    using namespace kgen_conv2d_avgpool_act_reduce_addf6696_ns;
+    using namespace kgen_conv2d_avgpool_act_reduce_d61badc2_ns;
     const int want_wb = (grad_w != nullptr || grad_b != nullptr) ? 1 : 0;
     float* part = static_cast<float*>(workspace);
     cudaError_t e;
