@@ -162,7 +162,7 @@ def derive(spec: Spec) -> dict:
                     best = (key, tph, tpw, _r(m, 16))
         return best
 
-    f = best_tile(256, False)
+    f = best_tile(240, False)  # 240 positions: two blocks per SM with W staged as pre-split tf32 fragments
     TPH, TPW, F_MPAD = f[1], f[2], f[3]
     b = None
     for budget in (160, 256, 512, 1024, 4096):
@@ -176,8 +176,8 @@ def derive(spec: Spec) -> dict:
     def smem(ci_chunk: int) -> tuple[int, int]:
         kc8 = _r(ci_chunk * KK, 8)
         kp = kc8 + 4
-        fw = (CO_ALL * kp + F_MPAD * kp + 32) * 4
-        bw = (CO_ALL * kp + B_MPAD * kp + B_MPAD * (CO_ALL + 4) + B_MPAD + 32) * 4
+        fw = (kc8 * CO_ALL * 2 + F_MPAD * kp + 32 + CO_ALL) * 4
+        bw = (CO_ALL * kp + B_MPAD * kp + B_MPAD * (CO_ALL + 4) + B_MPAD + CO_ALL) * 4
         return fw, bw
 
     kmax = max(72, _r(KK, 8))
@@ -188,7 +188,7 @@ def derive(spec: Spec) -> dict:
             break
     if max(smem(CI_CHUNK)) > SMEM_LIMIT:
         raise Unsupported(f"out_channels={s.CO} with a {s.KH}x{s.KW} kernel does not fit the template's shared-memory tiling")
-    return dict(TPH=TPH, TPW=TPW, TPH_B=TPH_B, TPW_B=TPW_B, CI_CHUNK=CI_CHUNK, GRID_BWD=264,
+    return dict(TPH=TPH, TPW=TPW, TPH_B=TPH_B, TPW_B=TPW_B, CI_CHUNK=CI_CHUNK, GRID_BWD=264, FWD_WFRAG=1,
                 HO=HO, WO=WO, PHO=PHO, PWO=PWO, F_SMEM=smem(CI_CHUNK)[0], B_SMEM=smem(CI_CHUNK)[1])
 
 
