@@ -22,81 +22,21 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 TEMPLATE = "conv2d_avgpool_act_reduce/kernel.cu.j2"
 
 # --------------------------------------------------------------------------------------------
-# spec handling (derive() is meant to move into the family module)
+# spec handling: tiling comes from the family module's derive() (the pipeline's copy, the only one)
 # --------------------------------------------------------------------------------------------
 BASE_KEYS = ["CI", "H", "W", "CO", "KH", "KW", "SH", "SW", "PH", "PW", "DH", "DW",
              "PKH", "PKW", "PSH", "PSW", "DIV", "ACT", "REDUCE"]
 ACTS = ("sigmoid", "tanh", "relu", "gelu", "gelu_tanh", "none")
-
-
-def _ceil(a, b):
-    return -(-a // b)
-
-
-def _r(a, b):
-    return _ceil(a, b) * b
+NO_WS_FILL = False
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
 
 
 def derive(spec):
-    """Tiling values the template needs besides the problem constants. Pure Python, no torch."""
-    s = spec
-    HO = (s["H"] + 2 * s["PH"] - s["DH"] * (s["KH"] - 1) - 1) // s["SH"] + 1
-    WO = (s["W"] + 2 * s["PW"] - s["DW"] * (s["KW"] - 1) - 1) // s["SW"] + 1
-    if HO < s["PKH"] or WO < s["PKW"]:
-        raise ValueError("pool window larger than conv output")
-    PHO = (HO - s["PKH"]) // s["PSH"] + 1
-    PWO = (WO - s["PKW"]) // s["PSW"] + 1
-    PR = (s["PKH"] - 1) * s["SH"] + (s["KH"] - 1) * s["DH"] + 1
-    PC = (s["PKW"] - 1) * s["SW"] + (s["KW"] - 1) * s["DW"] + 1
-    S_H, S_W = s["PSH"] * s["SH"], s["PSW"] * s["SW"]
-    KK = s["KH"] * s["KW"]
-    CO16 = _r(s["CO"], 16)
-    COCH = min(CO16, 64)
-    CO_ALL = _r(CO16, COCH)
-
-    def best_tile(budget, halo):
-        best = None
-        for tpw in range(1, min(PWO, 64) + 1):
-            for tph in range(1, min(PHO, 64) + 1):
-                th, tw = _ceil(PHO, tph), _ceil(PWO, tpw)
-                hh = 0 if (not halo or th == 1) else (PR - 1) // S_H
-                hw = 0 if (not halo or tw == 1) else (PC - 1) // S_W
-                m = (tph + hh) * (tpw + hw)
-                if m > budget:
-                    continue
-                cost = th * tw * (_r(m, 16) + 48)  # + per-tile overhead
-                key = (cost, -tph * tpw, tph)
-                if best is None or key < best[0]:
-                    best = (key, tph, tpw, _r(m, 16))
-        return best
-
-    f = best_tile(240, False)  # 240: fragment-ordered W (2x) + tile fit 2 blocks/SM
-    TPH, TPW, F_MPAD = f[1], f[2], f[3]
-    b = None
-    for budget in (160, 256, 512, 1024, 4096):
-        b = best_tile(budget, True)
-        if b is not None:
-            break
-    TPH_B, TPW_B, B_MPAD = b[1], b[2], b[3]
-
-    def smem(ci_chunk):
-        kc8 = _r(ci_chunk * KK, 8)
-        kp = kc8 + 4
-        fw = (kc8 * CO_ALL * 2 + F_MPAD * kp + 32 + CO_ALL) * 4  # W as pre-split fragments (FWD_WFRAG)
-        bw = (CO_ALL * kp + B_MPAD * kp + B_MPAD * (CO_ALL + 4) + B_MPAD + CO_ALL) * 4
-        return fw, bw
-
-    kmax = max(72, _r(KK, 8))
-    CI_CHUNK = 1
-    for c in range(s["CI"], 0, -1):
-        if _r(c * KK, 8) <= kmax and max(smem(c)) <= 200 * 1024:
-            CI_CHUNK = c
-            break
-    if max(smem(CI_CHUNK)) > 227 * 1024:
-        raise ValueError("shape does not fit the template's shared-memory tiling")
-    return dict(TPH=TPH, TPW=TPW, TPH_B=TPH_B, TPW_B=TPW_B, CI_CHUNK=CI_CHUNK, GRID_BWD=264, FWD_WFRAG=1,
-                # informational
-                HO=HO, WO=WO, PHO=PHO, PWO=PWO, F_SMEM=smem(CI_CHUNK)[0], B_SMEM=smem(CI_CHUNK)[1])
+    """The family's derive() on a harness spec dict (KEEPDIM/HAS_BIAS/names do not affect tiling)."""
+    from kgen.families.conv2d_avgpool_act_reduce import Spec, derive as fam_derive
+    return fam_derive(Spec(**{k: spec[k] for k in BASE_KEYS}, KEEPDIM=False, HAS_BIAS=True,
+                           weight_name="conv.weight", bias_name="conv.bias"))
 
 
 def make_spec(CI=8, H=384, W=384, CO=64, k=3, s=1, p=0, d=1, pk=4, ps=None, div=None,
@@ -113,7 +53,8 @@ def make_spec(CI=8, H=384, W=384, CO=64, k=3, s=1, p=0, d=1, pk=4, ps=None, div=
 
 def render(spec, name=None):
     import jinja2
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(os.path.join(ROOT, "templates")),
+    troot = spec.get("TROOT", os.path.join(ROOT, "templates"))  # another template tree (baseline A/B timing)
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(troot),
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
                              keep_trailing_newline=True)
     ctx = {k: spec[k] for k in BASE_KEYS}
@@ -121,7 +62,8 @@ def render(spec, name=None):
                 if k in ("TPH", "TPW", "TPH_B", "TPW_B", "CI_CHUNK", "GRID_BWD", "FWD_WFRAG")})
     ctx.update(spec.get("OVR", {}))  # harness-only tiling overrides for A/B timing
     if name is None:
-        name = "kgen_conv2d_avgpool_act_reduce_" + hashlib.sha1(repr(sorted(ctx.items())).encode()).hexdigest()[:8]
+        key = repr(sorted(ctx.items())) + troot
+        name = "kgen_conv2d_avgpool_act_reduce_" + hashlib.sha1(key.encode()).hexdigest()[:8]
     ctx["name"] = name
     return name, env.get_template(TEMPLATE).render(**ctx)
 
@@ -165,7 +107,8 @@ class Kernel:
         import torch
         nb = int(self.ws_bytes(n))
         ws = torch.empty(max(nb, 16), dtype=torch.uint8, device="cuda")
-        ws.fill_(0xFF)  # NaN pattern: the kernels must not rely on zeroed scratch
+        if not NO_WS_FILL:  # --no-ws-fill: leave it uninitialised (as at::empty does), for compute-sanitizer initcheck
+            ws.fill_(0xFF)  # NaN pattern: the kernels must not rely on zeroed scratch
         return ws
 
     def forward(self, x, w, b, out, ws, n):
@@ -422,7 +365,14 @@ def main():
     ap.add_argument("--variant-act", default="sigmoid")
     ap.add_argument("--ovr", default="", help="override applied to every correctness case, e.g. FWD_WFRAG=0")
     ap.add_argument("--time-acts", default="tanh", help="comma list of ACTs to time on the bundled shape")
+    ap.add_argument("--base", default="", help="template root of a baseline version, timed beside the current one")
+    ap.add_argument("--no-ws-fill", action="store_true", help="leave the workspace uninitialised (initcheck)")
+    ap.add_argument("--checks-only", action="store_true", help="no timings")
+    ap.add_argument("--small", action="store_true", help="skip the bundled-shape correctness case")
+    ap.add_argument("--check-root", default="", help="template root for the correctness cases (default: templates/)")
     args = ap.parse_args()
+    global NO_WS_FILL
+    NO_WS_FILL = args.no_ws_fill
     os.makedirs(args.out, exist_ok=True)
     logf = open(os.path.join(args.out, "conv_harness.log"), "w")
 
@@ -452,6 +402,10 @@ def main():
         torch.cuda.synchronize()
         return
     cs = cases(args.quick)
+    if args.check_root:
+        cs = [(l, dict(sp, TROOT=os.path.abspath(args.check_root)), n, b) for l, sp, n, b in cs]
+    if args.small:
+        cs = [c for c in cs if not c[0].startswith("bundled")]
     if args.ovr:
         govr = {kv.split("=")[0]: int(kv.split("=")[1]) for kv in args.ovr.split(",")}
         cs = [(l + "@" + args.ovr, dict(sp, OVR=govr), n, b) for l, sp, n, b in cs]
@@ -460,6 +414,10 @@ def main():
         if v:  # e.g. "TPH=4,TPW=32"
             ovr = {kv.split("=")[0]: int(kv.split("=")[1]) for kv in v.split(",")}
             time_specs[f"{args.variant_act}+{v}"] = make_spec(act=args.variant_act, OVR=ovr)
+    if args.base:
+        time_specs[f"BASE-{args.variant_act}"] = make_spec(act=args.variant_act, TROOT=os.path.abspath(args.base))
+    if args.checks_only:
+        time_specs = {}
     specs = {lbl: sp for lbl, sp, _, _ in cs}
     for a, sp in time_specs.items():
         specs["time-" + a] = sp
@@ -496,7 +454,8 @@ def main():
         except Exception as e:  # noqa
             log(f"[ERROR] {lbl}: {e!r}")
             results.append(dict(label=lbl, n=n, ok=False, errs={}, bit=False, msgs=[repr(e)]))
-    rows = timings({a: (sp, Kernel(*built["time-" + a])) for a, sp in time_specs.items()}, args.compile, log)
+    rows = timings({a: (sp, Kernel(*built["time-" + a])) for a, sp in time_specs.items()}, args.compile, log) \
+        if time_specs else []
     # ---------------- compact summary LAST ----------------
     log("\n==== correctness (rel err vs float64; torch f32 in parentheses) ====")
     for r in results:
