@@ -166,6 +166,11 @@ def spawn(path: Path, cache: Path) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 
+def assert_loads(p: subprocess.Popen) -> None:
+    out, err = p.communicate(timeout=300)
+    assert p.returncode == 0 and "loaded" in out, err[-3000:]
+
+
 def builds(cache: Path) -> int:
     return sum(len(p.read_text().splitlines()) for p in cache.glob("kgen_*/kgen_builds.log"))
 
@@ -180,9 +185,7 @@ def test_killed_build_then_fresh_import_rebuilds(tmp_path):
     time.sleep(1.0)  # inside the compiler now
     os.killpg(p.pid, signal.SIGKILL)
     p.wait()
-    q = spawn(path, cache)
-    out, err = q.communicate(timeout=300)
-    assert q.returncode == 0 and "loaded" in out, err[-3000:]
+    assert_loads(spawn(path, cache))
     assert builds(cache) == 2
 
 
@@ -191,21 +194,17 @@ def test_concurrent_imports_compile_once(tmp_path):
     path, cache = fresh_module(tmp_path), tmp_path / "cache"
     procs = [spawn(path, cache) for _ in range(2)]
     for p in procs:
-        out, err = p.communicate(timeout=300)
-        assert p.returncode == 0 and "loaded" in out, err[-3000:]
+        assert_loads(p)
     assert builds(cache) == 1
 
 
 @pytest.mark.gpu
 def test_truncated_cache_entry_is_rebuilt_not_loaded(tmp_path):
     path, cache = fresh_module(tmp_path), tmp_path / "cache"
-    p = spawn(path, cache)
-    assert p.wait(timeout=300) == 0
+    assert_loads(spawn(path, cache))
     (so,) = cache.glob("kgen_*/kgen_*.so")
     so.write_bytes(so.read_bytes()[: so.stat().st_size // 2])
-    q = spawn(path, cache)
-    out, err = q.communicate(timeout=300)
-    assert q.returncode == 0 and "loaded" in out, err[-3000:]
+    assert_loads(spawn(path, cache))
     assert builds(cache) == 2
 
 
