@@ -78,7 +78,7 @@ def cache_list() -> None:
     typer.echo(f"cache: {root} ({len(entries)} extensions)")
     for p in entries:
         size = sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
-        built = "built" if (p / "kgen_manifest.json").exists() else "incomplete"
+        built = "built" if (p / "kgen_manifest.txt").exists() else "incomplete"
         typer.echo(f"{p.name}  {size / 1e6:.1f} MB  {built}")
 
 

@@ -214,4 +214,4 @@ def test_build_failure_shows_compiler_errors_and_source_path(tmp_path):
     p = spawn(path, tmp_path / "cache")
     out, err = p.communicate(timeout=300)
     assert p.returncode != 0
-    assert "building extension kgen_avg_pool2d_" in err and "cuda.cu" in err and "error" in err, err[-3000:]
+    assert "Error building extension 'kgen_avg_pool2d_" in err and "cuda.cu" in err and "this is not C++" in err, err[-3000:]

@@ -1,4 +1,4 @@
-// kgen: fused Conv2d -> AvgPool2d -> sigmoid -> sum over [C,H,W]  (kgen_conv2d_avgpool_act_reduce_89bf3081)
+// kgen: fused Conv2d -> AvgPool2d -> sigmoid -> sum over [C,H,W]  (kgen_conv2d_avgpool_act_reduce_669fb4cd)
 // Pool-first: conv followed by avg-pool is one linear map, so each pooled output is
 //   pre[n,co,ph,pw] = bias[co] + sum_k (W[co,k]/DIV) * Bs[n,ph,pw,k]   (k = ci*KH*KW + ky*KW + kx)
 // where Bs is a PKH x PKW box sum of the (zero-padded) input at the conv tap offsets.
@@ -10,7 +10,7 @@
 #include <math.h>
 #include <cooperative_groups.h>
 
-namespace kgen_conv2d_avgpool_act_reduce_89bf3081_ns {
+namespace kgen_conv2d_avgpool_act_reduce_669fb4cd_ns {
 namespace cg = cooperative_groups;
 
 
@@ -97,6 +97,24 @@ __host__ __device__ constexpr bool col_used(int cc) {
             if (j * SW + kx * DW == cc) return true;
     return false;
 }
+// fast grad_x gather (stride-1, undilated conv; non-overlapping pool with stride == kernel): each thread takes one
+// PKH x PKW cell of input pixels (u = r + PH = PKH*P + i) of one channel; every dBs term is at a compile-time
+// offset from the cell's pooled position (P + dh, Q + dw), dh = floor((i - ky) / PKH) in [G_DH0, 0].
+constexpr bool FASTG = SH == 1 && SW == 1 && DH == 1 && DW == 1 && PSH == PKH && PSW == PKW;
+__host__ __device__ constexpr int fdiv(int a, int b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+constexpr int G_DH0 = fdiv(-(KH - 1), PKH), G_NDH = 1 - G_DH0;
+constexpr int G_DW0 = fdiv(-(KW - 1), PKW), G_NDW = 1 - G_DW0;
+__host__ __device__ constexpr bool gh_used(int a, int ky) {
+    for (int i = 0; i < PKH; ++i)
+        if (fdiv(i - ky, PKH) == G_DH0 + a) return true;
+    return false;
+}
+__host__ __device__ constexpr bool gw_used(int b, int kx) {
+    for (int j = 0; j < PKW; ++j)
+        if (fdiv(j - kx, PKW) == G_DW0 + b) return true;
+    return false;
+}
+constexpr bool VECG = FASTG && (PKW % 4 == 0) && (PW % 4 == 0) && (W % 4 == 0);
 constexpr int WS_FLOATS = FWD_WFRAG ? KC8 * CO_ALL * 2 : CO_ALL * KP;   // forward W staging
 constexpr size_t F_SMEM = (size_t)(WS_FLOATS + F_MPAD * KP + 32 + CO_ALL) * 4;
 constexpr size_t B_SMEM = (size_t)(CO_ALL * KP + B_MPAD * KP + B_MPAD * CP + B_MPAD + CO_ALL) * 4;
@@ -514,7 +532,7 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
                 for (int o = DB_SEG / 2; o >= 1; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
                 if (sg == 0 && co < CO) {
                     float* p = mypart + CO * KTOT + co;
-                    *p = first ? sum : (*p + sum);
+                    if (first) *p = sum; else *p += sum;   // never read the (uninitialised) slice on the first tile
                 }
             }
         }
@@ -567,7 +585,7 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
                             const int kk = nj * 8 + 2 * t + (r & 1);
                             if (co < CO && kk < KC && ch * CI_CHUNK + kk / KK < CI) {
                                 float* p = mypart + (size_t)co * KTOT + (size_t)ch * CI_CHUNK * KK + kk;
-                                *p = first ? c[q][r] : (*p + c[q][r]);
+                                if (first) *p = c[q][r]; else *p += c[q][r];
                             }
                         }
                     }
@@ -611,7 +629,7 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
                         const int kk = nj * 8 + 2 * t + (r & 1);
                         if (co < CO && kk < KC && ch * CI_CHUNK + kk / KK < CI) {
                             float* p = mypart + (size_t)co * KTOT + (size_t)ch * CI_CHUNK * KK + kk;
-                            *p = first ? c[q][r] : (*p + c[q][r]);
+                            if (first) *p = c[q][r]; else *p += c[q][r];
                         }
                     }
                 }
@@ -668,7 +686,87 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
                 const int c_hi = tw == B_TW - 1 ? W : min(W, (tw + 1) * TPW_B * S_W - PW);
                 const int nr = r_hi - r_lo, nc = c_hi - c_lo;
                 const int ncl = min(CI_CHUNK, CI - ch * CI_CHUNK);
+                if constexpr (FASTG) {
                 if (nr > 0 && nc > 0) {
+                    const int P_lo = (r_lo + PH) / PKH, P_hi = (r_hi + PH + PKH - 1) / PKH;
+                    const int Q_lo = (c_lo + PW) / PKW, Q_hi = (c_hi + PW + PKW - 1) / PKW;
+                    const int nQ = Q_hi - Q_lo, items = ncl * (P_hi - P_lo) * nQ;
+                    for (int idx = threadIdx.x; idx < items; idx += NT) {
+                        const int cl = idx % ncl, rest = idx / ncl;   // channel fastest: fewer bank conflicts
+                        const int P = P_lo + rest / nQ, Q = Q_lo + rest % nQ;
+                        const float* rp[G_NDH];
+                        bool okh[G_NDH];
+#pragma unroll
+                        for (int a = 0; a < G_NDH; ++a) {
+                            const int ph = P + G_DH0 + a;
+                            okh[a] = ph >= 0 && ph < PHO;   // valid pooled rows lie inside the extended tile
+                            rp[a] = As + (okh[a] ? (ph - ph_base) * B_EW * KP : 0) + cl * KK;
+                        }
+                        int cof[G_NDW];
+                        bool okw[G_NDW];
+#pragma unroll
+                        for (int b2 = 0; b2 < G_NDW; ++b2) {
+                            const int pw = Q + G_DW0 + b2;
+                            okw[b2] = pw >= 0 && pw < PWO;
+                            cof[b2] = okw[b2] ? (pw - pw_base) * KP : 0;
+                        }
+                        // column pass: cs[a][ky][j] = sum_kx dBs[P+G_DH0+a][Q+dw(j,kx)][ky][kx]
+                        float cs[G_NDH][KH][PKW];
+#pragma unroll
+                        for (int a = 0; a < G_NDH; ++a)
+#pragma unroll
+                            for (int ky = 0; ky < KH; ++ky) {
+                                if (!gh_used(a, ky)) continue;
+                                float v[G_NDW][KW];
+#pragma unroll
+                                for (int b2 = 0; b2 < G_NDW; ++b2)
+#pragma unroll
+                                    for (int kx = 0; kx < KW; ++kx) {
+                                        if (!gw_used(b2, kx)) continue;
+                                        const float t2 = rp[a][cof[b2] + ky * KW + kx];
+                                        v[b2][kx] = (okh[a] && okw[b2]) ? t2 : 0.0f;
+                                    }
+#pragma unroll
+                                for (int j = 0; j < PKW; ++j) {
+                                    float sacc = 0.0f;
+#pragma unroll
+                                    for (int kx = 0; kx < KW; ++kx) sacc += v[fdiv(j - kx, PKW) - G_DW0][kx];
+                                    cs[a][ky][j] = sacc;
+                                }
+                            }
+                        float* gplane = grad_x + ((size_t)img * CI + ch * CI_CHUNK + cl) * (size_t)H * W;
+#pragma unroll
+                        for (int i = 0; i < PKH; ++i) {
+                            const int r = PKH * P + i - PH;
+                            if (r < r_lo || r >= r_hi) continue;
+                            float o[PKW];
+#pragma unroll
+                            for (int j = 0; j < PKW; ++j) {
+                                float sacc = 0.0f;
+#pragma unroll
+                                for (int ky = 0; ky < KH; ++ky) sacc += cs[fdiv(i - ky, PKH) - G_DH0][ky][j];
+                                o[j] = sacc;
+                            }
+                            float* gp = gplane + (size_t)r * W;
+                            if constexpr (VECG) {
+#pragma unroll
+                                for (int j4 = 0; j4 < PKW / 4; ++j4) {
+                                    const int c = PKW * Q + 4 * j4 - PW;
+                                    if (c >= c_lo && c < c_hi)
+                                        *reinterpret_cast<float4*>(gp + c) =
+                                            make_float4(o[4 * j4], o[4 * j4 + 1], o[4 * j4 + 2], o[4 * j4 + 3]);
+                                }
+                            } else {
+#pragma unroll
+                                for (int j = 0; j < PKW; ++j) {
+                                    const int c = PKW * Q + j - PW;
+                                    if (c >= c_lo && c < c_hi) gp[c] = o[j];
+                                }
+                            }
+                        }
+                    }
+                }
+                } else if (nr > 0 && nc > 0) {
                     constexpr int GV = VEC4 ? 4 : 1;   // VEC4 => c_lo, c_hi and W are multiples of 4
                     constexpr int RS = 8;              // row groups
                     const int ncq = nc / GV, items = RS * ncl * ncq;
@@ -783,17 +881,17 @@ static inline long long bwd_grid(int64_t n) {
     return tiles < GRID_BWD ? tiles : GRID_BWD;
 }
 
-}  // namespace kgen_conv2d_avgpool_act_reduce_89bf3081_ns
+}  // namespace kgen_conv2d_avgpool_act_reduce_669fb4cd_ns
 
-extern "C" size_t kgen_conv2d_avgpool_act_reduce_89bf3081_workspace_bytes(int64_t n) {
-    using namespace kgen_conv2d_avgpool_act_reduce_89bf3081_ns;
+extern "C" size_t kgen_conv2d_avgpool_act_reduce_669fb4cd_workspace_bytes(int64_t n) {
+    using namespace kgen_conv2d_avgpool_act_reduce_669fb4cd_ns;
     if (n <= 0) return 0;
     return (size_t)bwd_grid(n) * PART * sizeof(float);
 }
 
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_89bf3081_forward(const float* x, const float* w, const float* b, float* out,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_669fb4cd_forward(const float* x, const float* w, const float* b, float* out,
                                          void* workspace, int64_t n, cudaStream_t stream) {
-    using namespace kgen_conv2d_avgpool_act_reduce_89bf3081_ns;
+    using namespace kgen_conv2d_avgpool_act_reduce_669fb4cd_ns;
     (void)workspace;
     if (n <= 0) return cudaSuccess;
     DevInfo* d = nullptr;
@@ -825,10 +923,10 @@ extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_89bf3081_forward(const flo
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_89bf3081_backward(const float* grad_out, const float* x, const float* w, const float* b,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_669fb4cd_backward(const float* grad_out, const float* x, const float* w, const float* b,
                                           float* grad_x, float* grad_w, float* grad_b, void* workspace,
                                           int64_t n, cudaStream_t stream) {
-    using namespace kgen_conv2d_avgpool_act_reduce_89bf3081_ns;
+    using namespace kgen_conv2d_avgpool_act_reduce_669fb4cd_ns;
     const int want_wb = (grad_w != nullptr || grad_b != nullptr) ? 1 : 0;
     float* part = static_cast<float*>(workspace);
     cudaError_t e;

@@ -2,7 +2,7 @@
 
 Do not edit: regenerate with `kgen generate kgen/problems/conv2d_avgpool_sigmoid_sum.py` (a hand edit makes kgen refuse to overwrite
 this file without --force).
-kgen-checksum: d42f45eac9519fc5ab2a8b0f1f7e2fc492f7fc8600187c7a672b90450ad9d7af
+kgen-checksum: 61fa895e9a5c3040b61de9bf24bdf029b8b89c4ad7a86705a26b019635459638
 
 Family conv2d_avgpool_act_reduce; spec 52613d086abfd65f:
     CI = 8
@@ -41,7 +41,7 @@ How it works:
 The CUDA and C++ sources below are also written beside this file (kernel.cu, binding.cpp) for reading. They are
 compiled on first import into the extension kgen_conv2d_avgpool_act_reduce_<hash> (the hash covers the sources, compiler flags,
 torch and CUDA versions and the GPU architecture), cached under $KGEN_CACHE_DIR (default ~/.cache/kgen), and
-loaded from there afterwards. Ops: torch.ops.kgen_conv2d_avgpool_act_reduce_89bf3081.forward / .backward, with fake (meta) kernels and autograd
+loaded from there afterwards. Ops: torch.ops.kgen_conv2d_avgpool_act_reduce_669fb4cd.forward / .backward, with fake (meta) kernels and autograd
 registered below, so torch.compile(fullgraph=True) and torch.library.opcheck work.
 """
 
@@ -79,15 +79,13 @@ exec'd), so it imports nothing from kgen and prefixes every name with ``kgen_``.
 Cache layout: ``$KGEN_CACHE_DIR`` (default ``~/.cache/kgen``) holds one folder per extension, named
 ``kgen_<family>_<sha8>`` where the hash covers the rendered sources, the compiler flags, the torch and CUDA versions
 and the GPU architecture. A build runs under an OS-level ``fcntl.flock`` (released by the kernel if the builder dies,
-unlike torch's own lock file), and a finished build records the shared object's SHA-256 in ``kgen_manifest.json``:
+unlike torch's own lock file), and a finished build records the shared object's SHA-256 in ``kgen_manifest.txt``:
 a missing or mismatching manifest (an interrupted build, a truncated file) means rebuild, never load.
 """
 
 import fcntl
 import hashlib
-import json
 import os
-import re
 import sys
 import types
 
@@ -133,19 +131,15 @@ def kgen_cache_valid(so_path, manifest_path, key):
     if not (os.path.isfile(so_path) and os.path.isfile(manifest_path)):
         return False
     with open(manifest_path) as f:
-        text = f.read()
-    try:
-        manifest = json.loads(text)
-    except ValueError:  # a damaged manifest means "not built"
-        return False
-    return isinstance(manifest, dict) and manifest.get("key") == key and manifest.get("so_sha256") == kgen_file_sha256(so_path)
+        manifest = dict(line.split(" ", 1) for line in f.read().splitlines() if " " in line)
+    return manifest.get("key") == key and manifest.get("so_sha256") == kgen_file_sha256(so_path)
 
 
 def kgen_compile(ext_name, build_dir, cuda_source, cpp_source, arch):
     import torch.utils.cpp_extension as cpp_ext
 
     # We hold the flock: a torch 'lock' file here was left by a killed build and would make load_inline wait forever.
-    for stale in ("lock", ext_name + ".so", "kgen_manifest.json"):
+    for stale in ("lock", ext_name + ".so", "kgen_manifest.txt"):
         path = os.path.join(build_dir, stale)
         if os.path.exists(path):
             os.remove(path)
@@ -156,18 +150,11 @@ def kgen_compile(ext_name, build_dir, cuda_source, cpp_source, arch):
         kwargs["no_implicit_headers"] = True
     old_arch = os.environ.get("TORCH_CUDA_ARCH_LIST")
     os.environ["TORCH_CUDA_ARCH_LIST"] = arch
-    try:
+    try:  # a failed build raises torch's "Error building extension" with the compiler's lines and source paths
         cpp_ext.load_inline(
             name=ext_name, cpp_sources=[cpp_source], cuda_sources=[cuda_source],
             extra_cflags=list(KGEN_CXX_FLAGS), extra_cuda_cflags=list(KGEN_NVCC_FLAGS),
             build_directory=build_dir, is_python_module=False, verbose=False, **kwargs)
-    except RuntimeError as exc:
-        lines = [ln for ln in str(exc).splitlines() if re.search(r"error|Error", ln)][:20]
-        raise RuntimeError(
-            "kgen: building extension %s failed; sources: %s and %s\n%s\nThe generated sources do not compile with "
-            "this torch/CUDA: report it with these lines, or regenerate with the installed kgen."
-            % (ext_name, os.path.join(build_dir, "cuda.cu"), os.path.join(build_dir, "main.cpp"), "\n".join(lines))
-        ) from None
     finally:
         if old_arch is None:
             del os.environ["TORCH_CUDA_ARCH_LIST"]
@@ -193,7 +180,7 @@ def kgen_load_extension(namespace, cuda_source, cpp_source):
     build_dir = os.path.join(root, ext_name)
     os.makedirs(build_dir, exist_ok=True)
     so_path = os.path.join(build_dir, ext_name + ".so")
-    manifest_path = os.path.join(build_dir, "kgen_manifest.json")
+    manifest_path = os.path.join(build_dir, "kgen_manifest.txt")
     with open(os.path.join(root, ext_name + ".lock"), "a+") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
@@ -201,8 +188,8 @@ def kgen_load_extension(namespace, cuda_source, cpp_source):
                 kgen_compile(ext_name, build_dir, cuda_source, cpp_source, arch)
                 tmp = manifest_path + ".tmp"
                 with open(tmp, "w") as f:
-                    json.dump({"key": key, "so_sha256": kgen_file_sha256(so_path), "namespace": namespace,
-                               "torch": torch.__version__, "cuda": str(torch.version.cuda), "arch": arch}, f)
+                    f.write("key %s\nso_sha256 %s\nnamespace %s\ntorch %s\ncuda %s\narch %s\n" % (
+                        key, kgen_file_sha256(so_path), namespace, torch.__version__, torch.version.cuda, arch))
                 os.replace(tmp, manifest_path)
             torch.ops.load_library(so_path)
         finally:
@@ -211,8 +198,8 @@ def kgen_load_extension(namespace, cuda_source, cpp_source):
     return ext_name
 
 # ---- generated kernels ------------------------------------------------------------------------------------------
-KGEN_NAMESPACE = "kgen_conv2d_avgpool_act_reduce_89bf3081"
-KGEN_CUDA_SOURCE = r'''// kgen: fused Conv2d -> AvgPool2d -> sigmoid -> sum over [C,H,W]  (kgen_conv2d_avgpool_act_reduce_89bf3081)
+KGEN_NAMESPACE = "kgen_conv2d_avgpool_act_reduce_669fb4cd"
+KGEN_CUDA_SOURCE = r'''// kgen: fused Conv2d -> AvgPool2d -> sigmoid -> sum over [C,H,W]  (kgen_conv2d_avgpool_act_reduce_669fb4cd)
 // Pool-first: conv followed by avg-pool is one linear map, so each pooled output is
 //   pre[n,co,ph,pw] = bias[co] + sum_k (W[co,k]/DIV) * Bs[n,ph,pw,k]   (k = ci*KH*KW + ky*KW + kx)
 // where Bs is a PKH x PKW box sum of the (zero-padded) input at the conv tap offsets.
@@ -224,7 +211,7 @@ KGEN_CUDA_SOURCE = r'''// kgen: fused Conv2d -> AvgPool2d -> sigmoid -> sum over
 #include <math.h>
 #include <cooperative_groups.h>
 
-namespace kgen_conv2d_avgpool_act_reduce_89bf3081_ns {
+namespace kgen_conv2d_avgpool_act_reduce_669fb4cd_ns {
 namespace cg = cooperative_groups;
 
 
@@ -311,6 +298,24 @@ __host__ __device__ constexpr bool col_used(int cc) {
             if (j * SW + kx * DW == cc) return true;
     return false;
 }
+// fast grad_x gather (stride-1, undilated conv; non-overlapping pool with stride == kernel): each thread takes one
+// PKH x PKW cell of input pixels (u = r + PH = PKH*P + i) of one channel; every dBs term is at a compile-time
+// offset from the cell's pooled position (P + dh, Q + dw), dh = floor((i - ky) / PKH) in [G_DH0, 0].
+constexpr bool FASTG = SH == 1 && SW == 1 && DH == 1 && DW == 1 && PSH == PKH && PSW == PKW;
+__host__ __device__ constexpr int fdiv(int a, int b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+constexpr int G_DH0 = fdiv(-(KH - 1), PKH), G_NDH = 1 - G_DH0;
+constexpr int G_DW0 = fdiv(-(KW - 1), PKW), G_NDW = 1 - G_DW0;
+__host__ __device__ constexpr bool gh_used(int a, int ky) {
+    for (int i = 0; i < PKH; ++i)
+        if (fdiv(i - ky, PKH) == G_DH0 + a) return true;
+    return false;
+}
+__host__ __device__ constexpr bool gw_used(int b, int kx) {
+    for (int j = 0; j < PKW; ++j)
+        if (fdiv(j - kx, PKW) == G_DW0 + b) return true;
+    return false;
+}
+constexpr bool VECG = FASTG && (PKW % 4 == 0) && (PW % 4 == 0) && (W % 4 == 0);
 constexpr int WS_FLOATS = FWD_WFRAG ? KC8 * CO_ALL * 2 : CO_ALL * KP;   // forward W staging
 constexpr size_t F_SMEM = (size_t)(WS_FLOATS + F_MPAD * KP + 32 + CO_ALL) * 4;
 constexpr size_t B_SMEM = (size_t)(CO_ALL * KP + B_MPAD * KP + B_MPAD * CP + B_MPAD + CO_ALL) * 4;
@@ -728,7 +733,7 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
                 for (int o = DB_SEG / 2; o >= 1; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
                 if (sg == 0 && co < CO) {
                     float* p = mypart + CO * KTOT + co;
-                    *p = first ? sum : (*p + sum);
+                    if (first) *p = sum; else *p += sum;   // never read the (uninitialised) slice on the first tile
                 }
             }
         }
@@ -781,7 +786,7 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
                             const int kk = nj * 8 + 2 * t + (r & 1);
                             if (co < CO && kk < KC && ch * CI_CHUNK + kk / KK < CI) {
                                 float* p = mypart + (size_t)co * KTOT + (size_t)ch * CI_CHUNK * KK + kk;
-                                *p = first ? c[q][r] : (*p + c[q][r]);
+                                if (first) *p = c[q][r]; else *p += c[q][r];
                             }
                         }
                     }
@@ -825,7 +830,7 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
                         const int kk = nj * 8 + 2 * t + (r & 1);
                         if (co < CO && kk < KC && ch * CI_CHUNK + kk / KK < CI) {
                             float* p = mypart + (size_t)co * KTOT + (size_t)ch * CI_CHUNK * KK + kk;
-                            *p = first ? c[q][r] : (*p + c[q][r]);
+                            if (first) *p = c[q][r]; else *p += c[q][r];
                         }
                     }
                 }
@@ -882,7 +887,87 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
                 const int c_hi = tw == B_TW - 1 ? W : min(W, (tw + 1) * TPW_B * S_W - PW);
                 const int nr = r_hi - r_lo, nc = c_hi - c_lo;
                 const int ncl = min(CI_CHUNK, CI - ch * CI_CHUNK);
+                if constexpr (FASTG) {
                 if (nr > 0 && nc > 0) {
+                    const int P_lo = (r_lo + PH) / PKH, P_hi = (r_hi + PH + PKH - 1) / PKH;
+                    const int Q_lo = (c_lo + PW) / PKW, Q_hi = (c_hi + PW + PKW - 1) / PKW;
+                    const int nQ = Q_hi - Q_lo, items = ncl * (P_hi - P_lo) * nQ;
+                    for (int idx = threadIdx.x; idx < items; idx += NT) {
+                        const int cl = idx % ncl, rest = idx / ncl;   // channel fastest: fewer bank conflicts
+                        const int P = P_lo + rest / nQ, Q = Q_lo + rest % nQ;
+                        const float* rp[G_NDH];
+                        bool okh[G_NDH];
+#pragma unroll
+                        for (int a = 0; a < G_NDH; ++a) {
+                            const int ph = P + G_DH0 + a;
+                            okh[a] = ph >= 0 && ph < PHO;   // valid pooled rows lie inside the extended tile
+                            rp[a] = As + (okh[a] ? (ph - ph_base) * B_EW * KP : 0) + cl * KK;
+                        }
+                        int cof[G_NDW];
+                        bool okw[G_NDW];
+#pragma unroll
+                        for (int b2 = 0; b2 < G_NDW; ++b2) {
+                            const int pw = Q + G_DW0 + b2;
+                            okw[b2] = pw >= 0 && pw < PWO;
+                            cof[b2] = okw[b2] ? (pw - pw_base) * KP : 0;
+                        }
+                        // column pass: cs[a][ky][j] = sum_kx dBs[P+G_DH0+a][Q+dw(j,kx)][ky][kx]
+                        float cs[G_NDH][KH][PKW];
+#pragma unroll
+                        for (int a = 0; a < G_NDH; ++a)
+#pragma unroll
+                            for (int ky = 0; ky < KH; ++ky) {
+                                if (!gh_used(a, ky)) continue;
+                                float v[G_NDW][KW];
+#pragma unroll
+                                for (int b2 = 0; b2 < G_NDW; ++b2)
+#pragma unroll
+                                    for (int kx = 0; kx < KW; ++kx) {
+                                        if (!gw_used(b2, kx)) continue;
+                                        const float t2 = rp[a][cof[b2] + ky * KW + kx];
+                                        v[b2][kx] = (okh[a] && okw[b2]) ? t2 : 0.0f;
+                                    }
+#pragma unroll
+                                for (int j = 0; j < PKW; ++j) {
+                                    float sacc = 0.0f;
+#pragma unroll
+                                    for (int kx = 0; kx < KW; ++kx) sacc += v[fdiv(j - kx, PKW) - G_DW0][kx];
+                                    cs[a][ky][j] = sacc;
+                                }
+                            }
+                        float* gplane = grad_x + ((size_t)img * CI + ch * CI_CHUNK + cl) * (size_t)H * W;
+#pragma unroll
+                        for (int i = 0; i < PKH; ++i) {
+                            const int r = PKH * P + i - PH;
+                            if (r < r_lo || r >= r_hi) continue;
+                            float o[PKW];
+#pragma unroll
+                            for (int j = 0; j < PKW; ++j) {
+                                float sacc = 0.0f;
+#pragma unroll
+                                for (int ky = 0; ky < KH; ++ky) sacc += cs[fdiv(i - ky, PKH) - G_DH0][ky][j];
+                                o[j] = sacc;
+                            }
+                            float* gp = gplane + (size_t)r * W;
+                            if constexpr (VECG) {
+#pragma unroll
+                                for (int j4 = 0; j4 < PKW / 4; ++j4) {
+                                    const int c = PKW * Q + 4 * j4 - PW;
+                                    if (c >= c_lo && c < c_hi)
+                                        *reinterpret_cast<float4*>(gp + c) =
+                                            make_float4(o[4 * j4], o[4 * j4 + 1], o[4 * j4 + 2], o[4 * j4 + 3]);
+                                }
+                            } else {
+#pragma unroll
+                                for (int j = 0; j < PKW; ++j) {
+                                    const int c = PKW * Q + j - PW;
+                                    if (c >= c_lo && c < c_hi) gp[c] = o[j];
+                                }
+                            }
+                        }
+                    }
+                }
+                } else if (nr > 0 && nc > 0) {
                     constexpr int GV = VEC4 ? 4 : 1;   // VEC4 => c_lo, c_hi and W are multiples of 4
                     constexpr int RS = 8;              // row groups
                     const int ncq = nc / GV, items = RS * ncl * ncq;
@@ -997,17 +1082,17 @@ static inline long long bwd_grid(int64_t n) {
     return tiles < GRID_BWD ? tiles : GRID_BWD;
 }
 
-}  // namespace kgen_conv2d_avgpool_act_reduce_89bf3081_ns
+}  // namespace kgen_conv2d_avgpool_act_reduce_669fb4cd_ns
 
-extern "C" size_t kgen_conv2d_avgpool_act_reduce_89bf3081_workspace_bytes(int64_t n) {
-    using namespace kgen_conv2d_avgpool_act_reduce_89bf3081_ns;
+extern "C" size_t kgen_conv2d_avgpool_act_reduce_669fb4cd_workspace_bytes(int64_t n) {
+    using namespace kgen_conv2d_avgpool_act_reduce_669fb4cd_ns;
     if (n <= 0) return 0;
     return (size_t)bwd_grid(n) * PART * sizeof(float);
 }
 
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_89bf3081_forward(const float* x, const float* w, const float* b, float* out,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_669fb4cd_forward(const float* x, const float* w, const float* b, float* out,
                                          void* workspace, int64_t n, cudaStream_t stream) {
-    using namespace kgen_conv2d_avgpool_act_reduce_89bf3081_ns;
+    using namespace kgen_conv2d_avgpool_act_reduce_669fb4cd_ns;
     (void)workspace;
     if (n <= 0) return cudaSuccess;
     DevInfo* d = nullptr;
@@ -1039,10 +1124,10 @@ extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_89bf3081_forward(const flo
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_89bf3081_backward(const float* grad_out, const float* x, const float* w, const float* b,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_669fb4cd_backward(const float* grad_out, const float* x, const float* w, const float* b,
                                           float* grad_x, float* grad_w, float* grad_b, void* workspace,
                                           int64_t n, cudaStream_t stream) {
-    using namespace kgen_conv2d_avgpool_act_reduce_89bf3081_ns;
+    using namespace kgen_conv2d_avgpool_act_reduce_669fb4cd_ns;
     const int want_wb = (grad_w != nullptr || grad_b != nullptr) ? 1 : 0;
     float* part = static_cast<float*>(workspace);
     cudaError_t e;
@@ -1065,8 +1150,8 @@ extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_89bf3081_backward(const fl
     return cudaGetLastError();
 }
 '''
-KGEN_CPP_SOURCE = r'''// kgen_conv2d_avgpool_act_reduce_89bf3081: torch glue for the fused Conv2d -> AvgPool2d -> sigmoid -> sum kernels in kernel.cu
-// (ops under torch.ops.kgen_conv2d_avgpool_act_reduce_89bf3081).
+KGEN_CPP_SOURCE = r'''// kgen_conv2d_avgpool_act_reduce_669fb4cd: torch glue for the fused Conv2d -> AvgPool2d -> sigmoid -> sum kernels in kernel.cu
+// (ops under torch.ops.kgen_conv2d_avgpool_act_reduce_669fb4cd).
 // kgen fixed C++ glue helpers (pulled into each rendered binding by Jinja include).
 // Light headers only: torch/library.h and ATen/core, not torch/extension.h.
 #include <torch/library.h>
@@ -1123,10 +1208,10 @@ inline void check_same_device(const at::Tensor& a, const at::Tensor& b, const ch
 
 #include <array>
 
-extern "C" size_t kgen_conv2d_avgpool_act_reduce_89bf3081_workspace_bytes(int64_t n);
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_89bf3081_forward(const float* x, const float* w, const float* b, float* out, void* workspace,
+extern "C" size_t kgen_conv2d_avgpool_act_reduce_669fb4cd_workspace_bytes(int64_t n);
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_669fb4cd_forward(const float* x, const float* w, const float* b, float* out, void* workspace,
                                           int64_t n, cudaStream_t stream);
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_89bf3081_backward(const float* grad_out, const float* x, const float* w, const float* b,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_669fb4cd_backward(const float* grad_out, const float* x, const float* w, const float* b,
                                            float* grad_x, float* grad_w, float* grad_b, void* workspace, int64_t n,
                                            cudaStream_t stream);
 
@@ -1152,7 +1237,7 @@ Checked check(const at::Tensor& x_in, const at::Tensor& w_in, const std::optiona
 const float* ptr_or_null(const at::Tensor& t) { return t.defined() ? t.data_ptr<float>() : nullptr; }
 
 at::Tensor workspace(const at::Tensor& like, int64_t n) {
-  const int64_t bytes = static_cast<int64_t>(kgen_conv2d_avgpool_act_reduce_89bf3081_workspace_bytes(n));
+  const int64_t bytes = static_cast<int64_t>(kgen_conv2d_avgpool_act_reduce_669fb4cd_workspace_bytes(n));
   return at::empty({bytes > 0 ? bytes : 1}, like.options().dtype(at::kByte));
 }
 
@@ -1162,7 +1247,7 @@ at::Tensor forward(const at::Tensor& x_in, const at::Tensor& w_in, const std::op
   const int64_t n = c.x.size(0);
   at::Tensor out = at::empty({n}, c.x.options());
   at::Tensor ws = workspace(c.x, n);
-  kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_89bf3081_forward(c.x.data_ptr<float>(), c.w.data_ptr<float>(), ptr_or_null(c.b),
+  kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_669fb4cd_forward(c.x.data_ptr<float>(), c.w.data_ptr<float>(), ptr_or_null(c.b),
                                              out.data_ptr<float>(), ws.data_ptr(), n,
                                              c10::cuda::getCurrentCUDAStream().stream()), "fused forward", kProblem);
   return out;
@@ -1183,7 +1268,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(const at::Tensor& grad_o
   at::Tensor gb = (output_mask[2] && c.b.defined()) ? at::empty_like(c.b) : none;
   if (output_mask[0] || output_mask[1] || gb.numel()) {
     at::Tensor ws = workspace(c.x, n);
-    kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_89bf3081_backward(grad_out.data_ptr<float>(), c.x.data_ptr<float>(), c.w.data_ptr<float>(),
+    kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_669fb4cd_backward(grad_out.data_ptr<float>(), c.x.data_ptr<float>(), c.w.data_ptr<float>(),
                                                 ptr_or_null(c.b), output_mask[0] ? gx.data_ptr<float>() : nullptr,
                                                 output_mask[1] ? gw.data_ptr<float>() : nullptr,
                                                 gb.numel() ? gb.data_ptr<float>() : nullptr, ws.data_ptr(), n,
@@ -1194,17 +1279,17 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(const at::Tensor& grad_o
 
 }  // namespace
 
-TORCH_LIBRARY(kgen_conv2d_avgpool_act_reduce_89bf3081, m) {
+TORCH_LIBRARY(kgen_conv2d_avgpool_act_reduce_669fb4cd, m) {
   m.def("forward(Tensor x, Tensor weight, Tensor? bias) -> Tensor");
   m.def("backward(Tensor grad_out, Tensor x, Tensor weight, Tensor? bias, bool[3] output_mask) -> (Tensor, Tensor, Tensor)");
 }
 
 // CPU inputs reach the same functions, which reject them with a message saying what to do.
-TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_89bf3081, CUDA, m) {
+TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_669fb4cd, CUDA, m) {
   m.impl("forward", &forward);
   m.impl("backward", &backward);
 }
-TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_89bf3081, CPU, m) {
+TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_669fb4cd, CPU, m) {
   m.impl("forward", &forward);
   m.impl("backward", &backward);
 }
@@ -1253,12 +1338,12 @@ def kgen_register():
         x, weight, bias = ctx.saved_tensors
         mask = [bool(ctx.needs_input_grad[0]), bool(ctx.needs_input_grad[1]),
                 bias is not None and bool(ctx.needs_input_grad[2])]
-        gx, gw, gb = torch.ops.kgen_conv2d_avgpool_act_reduce_89bf3081.backward(grad_out, x, weight, bias, mask)
+        gx, gw, gb = torch.ops.kgen_conv2d_avgpool_act_reduce_669fb4cd.backward(grad_out, x, weight, bias, mask)
         return gx if mask[0] else None, gw if mask[1] else None, gb if mask[2] else None
 
-    torch.library.register_fake("kgen_conv2d_avgpool_act_reduce_89bf3081::forward", forward_fake)
-    torch.library.register_fake("kgen_conv2d_avgpool_act_reduce_89bf3081::backward", backward_fake)
-    torch.library.register_autograd("kgen_conv2d_avgpool_act_reduce_89bf3081::forward", backward, setup_context=setup_context)
+    torch.library.register_fake("kgen_conv2d_avgpool_act_reduce_669fb4cd::forward", forward_fake)
+    torch.library.register_fake("kgen_conv2d_avgpool_act_reduce_669fb4cd::backward", backward_fake)
+    torch.library.register_autograd("kgen_conv2d_avgpool_act_reduce_669fb4cd::forward", backward, setup_context=setup_context)
 
 
 class ModelNew(nn.Module):
@@ -1281,7 +1366,7 @@ class ModelNew(nn.Module):
         if kgen_ops is None:
             kgen_load()
         conv = self.conv
-        return torch.ops.kgen_conv2d_avgpool_act_reduce_89bf3081.forward(x, conv.weight, conv.bias)
+        return torch.ops.kgen_conv2d_avgpool_act_reduce_669fb4cd.forward(x, conv.weight, conv.bias)
 
 
 if torch.cuda.is_available():
