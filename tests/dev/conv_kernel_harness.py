@@ -98,6 +98,16 @@ class Kernel:
         self.bwd.restype = ctypes.c_int
         self.bwd.argtypes = [ctypes.c_void_p] * 8 + [ctypes.c_int64, ctypes.c_void_p]
         self.lib = lib
+        self.prof = getattr(lib, name + "_prof", None)  # PROF=1 builds only
+        if self.prof is not None:
+            self.prof.restype = ctypes.c_int
+            self.prof.argtypes = [ctypes.c_void_p]
+
+    def read_prof(self):
+        buf = (ctypes.c_uint64 * 8)()
+        if self.prof(buf) != 0:
+            raise RuntimeError("prof read failed")
+        return list(buf)
 
     @staticmethod
     def _p(t):
@@ -308,6 +318,18 @@ def timings(kern_by_act, do_compile, log):
         m1 = bench(kf)
         m2 = bench(kfb)
         m3 = bench(kb)
+        if kern.prof is not None:
+            torch.cuda.synchronize()
+            kern.read_prof()  # reset
+            for _ in range(3):
+                kb()
+            torch.cuda.synchronize()
+            pr = kern.read_prof()
+            names = ["box sums", "GEMM1+dpre", "grad_b", "grad_w", "GEMM3", "dBs->smem", "gather"]
+            tot = sum(pr[:7])
+            for k in range(7):
+                rows.append((f"  prof {names[k]} [{act}]", f"{100 * pr[k] / tot:.1f}%",
+                             f"{pr[k] / max(pr[7], 1) / 3:.0f} cyc/block/launch"))
         rows.append((f"kgen fwd [{act}]", f"{m1[0]:.3f}", f"min {m1[1]:.3f}"))
         rows.append((f"kgen bwd [{act}]", f"{m3[0]:.3f}", f"min {m3[1]:.3f}"))
         rows.append((f"kgen fwd+bwd [{act}]", f"{m2[0]:.3f}", f"min {m2[1]:.3f}"))
