@@ -215,3 +215,28 @@ def test_build_failure_shows_compiler_errors_and_source_path(tmp_path):
     out, err = p.communicate(timeout=300)
     assert p.returncode != 0
     assert "Error building extension 'kgen_avg_pool2d_" in err and "cuda.cu" in err and "this is not C++" in err, err[-3000:]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("family", FAMS)
+def test_unrequested_gradients_cost_no_extra_kernels(family):
+    """Backward for x alone launches no more kgen kernels than backward for everything (a family with parameters
+    skips its weight-gradient reduction)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    model, new, (n, c, h, w) = setup(family)
+
+    def kgen_kernels(x_grad: bool, param_grad: bool) -> int:
+        for p in new.parameters():
+            p.requires_grad_(param_grad)
+        x = torch.rand(n, c, h, w, device="cuda", requires_grad=x_grad)
+        out = new(x)
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            out.backward(torch.ones_like(out))
+            torch.cuda.synchronize()
+        return sum(1 for e in prof.events() if e.device_type.name == "CUDA" and "kgen" in e.name)
+
+    everything = kgen_kernels(True, True)
+    assert 1 <= kgen_kernels(True, False) <= everything
+    if list(new.parameters()):
+        assert kgen_kernels(True, False) < everything
