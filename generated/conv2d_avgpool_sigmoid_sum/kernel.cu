@@ -1,4 +1,4 @@
-// kgen: fused Conv2d -> AvgPool2d -> sigmoid -> sum over [C,H,W]  (kgen_conv2d_avgpool_act_reduce_669fb4cd)
+// kgen: fused Conv2d -> AvgPool2d -> sigmoid -> sum over [C,H,W]  (kgen_conv2d_avgpool_act_reduce_cbf8a485)
 // Pool-first: conv followed by avg-pool is one linear map, so each pooled output is
 //   pre[n,co,ph,pw] = bias[co] + sum_k (W[co,k]/DIV) * Bs[n,ph,pw,k]   (k = ci*KH*KW + ky*KW + kx)
 // where Bs is a PKH x PKW box sum of the (zero-padded) input at the conv tap offsets.
@@ -10,7 +10,7 @@
 #include <math.h>
 #include <cooperative_groups.h>
 
-namespace kgen_conv2d_avgpool_act_reduce_669fb4cd_ns {
+namespace kgen_conv2d_avgpool_act_reduce_cbf8a485_ns {
 namespace cg = cooperative_groups;
 
 
@@ -48,6 +48,7 @@ constexpr int TPH = 5, TPW = 48;          // forward tile, pooled positions
 constexpr int TPH_B = 7, TPW_B = 19;  // backward core tile, pooled positions
 constexpr int CI_CHUNK = 8;                  // input channels per K chunk
 constexpr int GRID_BWD = 264;                  // max blocks of the backward kernel
+constexpr int BSU = 1, DWU = 1, G3U = 1;  // backward loop unrolls (box sums, dW, GEMM3)
 constexpr bool FWD_WFRAG = 1;   // forward keeps W as pre-split tf32 hi/lo B fragments (needs the 240-position tile budget)
 
 constexpr int HO = (H + 2 * PH - DH * (KH - 1) - 1) / SH + 1;
@@ -100,6 +101,7 @@ __host__ __device__ constexpr bool col_used(int cc) {
 // fast grad_x gather (stride-1, undilated conv; non-overlapping pool with stride == kernel): each thread takes one
 // PKH x PKW cell of input pixels (u = r + PH = PKH*P + i) of one channel; every dBs term is at a compile-time
 // offset from the cell's pooled position (P + dh, Q + dw), dh = floor((i - ky) / PKH) in [G_DH0, 0].
+#define KG_PT(k) do { } while (0)
 constexpr bool FASTG = SH == 1 && SW == 1 && DH == 1 && DW == 1 && PSH == PKH && PSW == PKW;
 __host__ __device__ constexpr int fdiv(int a, int b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
 constexpr int G_DH0 = fdiv(-(KH - 1), PKH), G_NDH = 1 - G_DH0;
@@ -169,11 +171,11 @@ __device__ __forceinline__ void stage_wfrag(float4* Wf, const float* __restrict_
 }
 
 // As[m][cl*KK + ky*KW + kx] = box sums for positions m of a tile (row-major EW wide), channel chunk ch.
-template <int EW, int M, int MPAD>
+template <int EW, int M, int MPAD, int UNR = 1>
 __device__ __forceinline__ void compute_as(const float* __restrict__ x, float* As, long long img, int ch,
                                            int ph_base, int pw_base) {
     constexpr int ITEMS = CI_CHUNK * MPAD, ITER = (ITEMS + NT - 1) / NT;
-#pragma unroll 1
+#pragma unroll UNR
     for (int it = 0; it < ITER; ++it) {
         const int idx = threadIdx.x + it * NT;
         if (ITEMS % NT != 0 && idx >= ITEMS) break;
@@ -492,8 +494,9 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
                 if (NCHUNK > 1 || cc == 0) {
                     __syncthreads();
                     if constexpr (NCHUNK > 1) stage_w(Ws, w, ch);
-                    compute_as<B_EW, B_M, B_MPAD>(x, As, img, ch, ph_base, pw_base);
+                    compute_as<B_EW, B_M, B_MPAD, BSU>(x, As, img, ch, ph_base, pw_base);
                     __syncthreads();
+                    KG_PT(0);
                 }
                 gemm1<B_MT, B_MTW>(As, Ws, cc * COCH, acc);
             }
@@ -521,6 +524,7 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
             }
         }
         __syncthreads();
+        KG_PT(1);
         if (want_wb) {
             for (int base = 0; base < CO_ALL * DB_SEG; base += NT) {
                 const int idx = base + threadIdx.x;
@@ -536,11 +540,12 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
                 }
             }
         }
+        KG_PT(2);
         for (int ch = 0; ch < NCHUNK; ++ch) {
             if constexpr (NCHUNK > 1) {
                 __syncthreads();
                 stage_w(Ws, w, ch);
-                compute_as<B_EW, B_M, B_MPAD>(x, As, img, ch, ph_base, pw_base);
+                compute_as<B_EW, B_M, B_MPAD, BSU>(x, As, img, ch, ph_base, pw_base);
                 __syncthreads();
             }
             // ---- grad_w partial: dW[co][kk] += sum_m dpre[m][co]*mask[m] * As[m][kk] ----
@@ -554,7 +559,7 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
                     for (int q = 0; q < NJP; ++q)
 #pragma unroll
                         for (int r = 0; r < 4; ++r) c[q][r] = 0.0f;
-#pragma unroll 1
+#pragma unroll DWU
                     for (int ms = 0; ms < B_MPAD / 8; ++ms) {
                         const int m0 = ms * 8;
                         const float mk0 = mask[m0 + t], mk1 = mask[m0 + t + 4];
@@ -596,7 +601,7 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
                 for (int q = 0; q < DW_PER; ++q)
 #pragma unroll
                     for (int r = 0; r < 4; ++r) c[q][r] = 0.0f;
-#pragma unroll 1
+#pragma unroll DWU
                 for (int ms = 0; ms < B_MPAD / 8; ++ms) {
                     const int m0 = ms * 8;
                     const float mk0 = mask[m0 + t], mk1 = mask[m0 + t + 4];
@@ -635,6 +640,7 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
                 }
                 }
             }
+            KG_PT(3);
             if (grad_x != nullptr) {
                 // ---- GEMM3: dBs[m][kk] = sum_co dpre[m][co] * Ws[co][kk] ----
                 float acc3[B_MTW][KN8][4];
@@ -644,7 +650,7 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
                     for (int j = 0; j < KN8; ++j)
 #pragma unroll
                         for (int r = 0; r < 4; ++r) acc3[i][j][r] = 0.0f;
-#pragma unroll 1
+#pragma unroll G3U
                 for (int ks = 0; ks < CO_ALL / 8; ++ks) {
 #pragma unroll
                     for (int i = 0; i < B_MTW; ++i) {
@@ -667,6 +673,7 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
                     }
                 }
                 __syncthreads();   // every read of As (box sums) is done
+                KG_PT(4);
 #pragma unroll
                 for (int i = 0; i < B_MTW; ++i) {
                     const int mt = warp + NW * i;
@@ -679,6 +686,7 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
                     }
                 }
                 __syncthreads();
+                KG_PT(5);
                 // ---- gather grad_x over the pixels owned by this core tile ----
                 const int r_lo = th == 0 ? 0 : max(0, th * TPH_B * S_H - PH);
                 const int r_hi = th == B_TH - 1 ? H : min(H, (th + 1) * TPH_B * S_H - PH);
@@ -837,6 +845,7 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
                 }
             }
         }
+        KG_PT(6);
         first = false;
     }
 }
@@ -881,17 +890,18 @@ static inline long long bwd_grid(int64_t n) {
     return tiles < GRID_BWD ? tiles : GRID_BWD;
 }
 
-}  // namespace kgen_conv2d_avgpool_act_reduce_669fb4cd_ns
+#undef KG_PT
+}  // namespace kgen_conv2d_avgpool_act_reduce_cbf8a485_ns
 
-extern "C" size_t kgen_conv2d_avgpool_act_reduce_669fb4cd_workspace_bytes(int64_t n) {
-    using namespace kgen_conv2d_avgpool_act_reduce_669fb4cd_ns;
+extern "C" size_t kgen_conv2d_avgpool_act_reduce_cbf8a485_workspace_bytes(int64_t n) {
+    using namespace kgen_conv2d_avgpool_act_reduce_cbf8a485_ns;
     if (n <= 0) return 0;
     return (size_t)bwd_grid(n) * PART * sizeof(float);
 }
 
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_669fb4cd_forward(const float* x, const float* w, const float* b, float* out,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_cbf8a485_forward(const float* x, const float* w, const float* b, float* out,
                                          void* workspace, int64_t n, cudaStream_t stream) {
-    using namespace kgen_conv2d_avgpool_act_reduce_669fb4cd_ns;
+    using namespace kgen_conv2d_avgpool_act_reduce_cbf8a485_ns;
     (void)workspace;
     if (n <= 0) return cudaSuccess;
     DevInfo* d = nullptr;
@@ -923,10 +933,10 @@ extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_669fb4cd_forward(const flo
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_669fb4cd_backward(const float* grad_out, const float* x, const float* w, const float* b,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_cbf8a485_backward(const float* grad_out, const float* x, const float* w, const float* b,
                                           float* grad_x, float* grad_w, float* grad_b, void* workspace,
                                           int64_t n, cudaStream_t stream) {
-    using namespace kgen_conv2d_avgpool_act_reduce_669fb4cd_ns;
+    using namespace kgen_conv2d_avgpool_act_reduce_cbf8a485_ns;
     const int want_wb = (grad_w != nullptr || grad_b != nullptr) ? 1 : 0;
     float* part = static_cast<float*>(workspace);
     cudaError_t e;

@@ -2,7 +2,7 @@
 
 Do not edit: regenerate with `kgen generate kgen/problems/conv2d_avgpool_sigmoid_sum.py` (a hand edit makes kgen refuse to overwrite
 this file without --force).
-kgen-checksum: 61fa895e9a5c3040b61de9bf24bdf029b8b89c4ad7a86705a26b019635459638
+kgen-checksum: 3b05d0003861824dcca48f37b0780707799b9140c29c132e430001c97038f71a
 
 Family conv2d_avgpool_act_reduce; spec 52613d086abfd65f:
     CI = 8
@@ -30,18 +30,19 @@ Family conv2d_avgpool_act_reduce; spec 52613d086abfd65f:
     bias_name = 'conv.bias'
 
 How it works:
-    Conv2d then AvgPool2d is one linear map: each pooled pre-activation is bias + (1/DIV) * W . Bs, where Bs is the
-    4x4 box sum of the input at each conv tap. forward: ONE kernel; each block loads the input rows
-    under a 5x48 tile of pooled positions to shared memory, forms Bs, runs the positions x 64 x
-    72 GEMM on tensor cores in 3xTF32 (fp32 accuracy), applies sigmoid, and reduces; block
-    partials are summed in a fixed order by the last block of each sample (deterministic). backward: recomputes the
-    pre-activations per tile (nothing of size batch x channels x H' x W' is stored), gathers grad_x through the pool
-    box and conv taps, and reduces grad_weight / grad_bias from per-block partials in a fixed order.
+    Conv2d then AvgPool2d is one linear map: each pooled pre-activation is bias*PKH*PKW/DIV + (1/DIV) * W . Bs, where
+    Bs is the 4x4 box sum of the input at each conv tap. forward: ONE kernel launch; each block forms
+    Bs for a 5x48 tile of pooled positions in shared memory straight from x, runs the positions x 64
+    x 72 GEMM on tensor cores in 3xTF32 (fp32 accuracy), applies sigmoid and reduces; the blocks
+    of one sample form a thread-block cluster whose partial sums rank 0 adds in a fixed order through distributed
+    shared memory (deterministic, no atomics, no workspace). backward: recomputes the pre-activations per tile
+    (nothing of size batch x channels x H' x W' is stored), gathers grad_x through the pool box and conv taps, and
+    reduces grad_weight / grad_bias from per-block partials in a fixed order in a second small kernel.
 
 The CUDA and C++ sources below are also written beside this file (kernel.cu, binding.cpp) for reading. They are
 compiled on first import into the extension kgen_conv2d_avgpool_act_reduce_<hash> (the hash covers the sources, compiler flags,
 torch and CUDA versions and the GPU architecture), cached under $KGEN_CACHE_DIR (default ~/.cache/kgen), and
-loaded from there afterwards. Ops: torch.ops.kgen_conv2d_avgpool_act_reduce_669fb4cd.forward / .backward, with fake (meta) kernels and autograd
+loaded from there afterwards. Ops: torch.ops.kgen_conv2d_avgpool_act_reduce_cbf8a485.forward / .backward, with fake (meta) kernels and autograd
 registered below, so torch.compile(fullgraph=True) and torch.library.opcheck work.
 """
 
@@ -198,8 +199,8 @@ def kgen_load_extension(namespace, cuda_source, cpp_source):
     return ext_name
 
 # ---- generated kernels ------------------------------------------------------------------------------------------
-KGEN_NAMESPACE = "kgen_conv2d_avgpool_act_reduce_669fb4cd"
-KGEN_CUDA_SOURCE = r'''// kgen: fused Conv2d -> AvgPool2d -> sigmoid -> sum over [C,H,W]  (kgen_conv2d_avgpool_act_reduce_669fb4cd)
+KGEN_NAMESPACE = "kgen_conv2d_avgpool_act_reduce_cbf8a485"
+KGEN_CUDA_SOURCE = r'''// kgen: fused Conv2d -> AvgPool2d -> sigmoid -> sum over [C,H,W]  (kgen_conv2d_avgpool_act_reduce_cbf8a485)
 // Pool-first: conv followed by avg-pool is one linear map, so each pooled output is
 //   pre[n,co,ph,pw] = bias[co] + sum_k (W[co,k]/DIV) * Bs[n,ph,pw,k]   (k = ci*KH*KW + ky*KW + kx)
 // where Bs is a PKH x PKW box sum of the (zero-padded) input at the conv tap offsets.
@@ -211,7 +212,7 @@ KGEN_CUDA_SOURCE = r'''// kgen: fused Conv2d -> AvgPool2d -> sigmoid -> sum over
 #include <math.h>
 #include <cooperative_groups.h>
 
-namespace kgen_conv2d_avgpool_act_reduce_669fb4cd_ns {
+namespace kgen_conv2d_avgpool_act_reduce_cbf8a485_ns {
 namespace cg = cooperative_groups;
 
 
@@ -249,6 +250,7 @@ constexpr int TPH = 5, TPW = 48;          // forward tile, pooled positions
 constexpr int TPH_B = 7, TPW_B = 19;  // backward core tile, pooled positions
 constexpr int CI_CHUNK = 8;                  // input channels per K chunk
 constexpr int GRID_BWD = 264;                  // max blocks of the backward kernel
+constexpr int BSU = 1, DWU = 1, G3U = 1;  // backward loop unrolls (box sums, dW, GEMM3)
 constexpr bool FWD_WFRAG = 1;   // forward keeps W as pre-split tf32 hi/lo B fragments (needs the 240-position tile budget)
 
 constexpr int HO = (H + 2 * PH - DH * (KH - 1) - 1) / SH + 1;
@@ -301,6 +303,7 @@ __host__ __device__ constexpr bool col_used(int cc) {
 // fast grad_x gather (stride-1, undilated conv; non-overlapping pool with stride == kernel): each thread takes one
 // PKH x PKW cell of input pixels (u = r + PH = PKH*P + i) of one channel; every dBs term is at a compile-time
 // offset from the cell's pooled position (P + dh, Q + dw), dh = floor((i - ky) / PKH) in [G_DH0, 0].
+#define KG_PT(k) do { } while (0)
 constexpr bool FASTG = SH == 1 && SW == 1 && DH == 1 && DW == 1 && PSH == PKH && PSW == PKW;
 __host__ __device__ constexpr int fdiv(int a, int b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
 constexpr int G_DH0 = fdiv(-(KH - 1), PKH), G_NDH = 1 - G_DH0;
@@ -370,11 +373,11 @@ __device__ __forceinline__ void stage_wfrag(float4* Wf, const float* __restrict_
 }
 
 // As[m][cl*KK + ky*KW + kx] = box sums for positions m of a tile (row-major EW wide), channel chunk ch.
-template <int EW, int M, int MPAD>
+template <int EW, int M, int MPAD, int UNR = 1>
 __device__ __forceinline__ void compute_as(const float* __restrict__ x, float* As, long long img, int ch,
                                            int ph_base, int pw_base) {
     constexpr int ITEMS = CI_CHUNK * MPAD, ITER = (ITEMS + NT - 1) / NT;
-#pragma unroll 1
+#pragma unroll UNR
     for (int it = 0; it < ITER; ++it) {
         const int idx = threadIdx.x + it * NT;
         if (ITEMS % NT != 0 && idx >= ITEMS) break;
@@ -693,8 +696,9 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
                 if (NCHUNK > 1 || cc == 0) {
                     __syncthreads();
                     if constexpr (NCHUNK > 1) stage_w(Ws, w, ch);
-                    compute_as<B_EW, B_M, B_MPAD>(x, As, img, ch, ph_base, pw_base);
+                    compute_as<B_EW, B_M, B_MPAD, BSU>(x, As, img, ch, ph_base, pw_base);
                     __syncthreads();
+                    KG_PT(0);
                 }
                 gemm1<B_MT, B_MTW>(As, Ws, cc * COCH, acc);
             }
@@ -722,6 +726,7 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
             }
         }
         __syncthreads();
+        KG_PT(1);
         if (want_wb) {
             for (int base = 0; base < CO_ALL * DB_SEG; base += NT) {
                 const int idx = base + threadIdx.x;
@@ -737,11 +742,12 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
                 }
             }
         }
+        KG_PT(2);
         for (int ch = 0; ch < NCHUNK; ++ch) {
             if constexpr (NCHUNK > 1) {
                 __syncthreads();
                 stage_w(Ws, w, ch);
-                compute_as<B_EW, B_M, B_MPAD>(x, As, img, ch, ph_base, pw_base);
+                compute_as<B_EW, B_M, B_MPAD, BSU>(x, As, img, ch, ph_base, pw_base);
                 __syncthreads();
             }
             // ---- grad_w partial: dW[co][kk] += sum_m dpre[m][co]*mask[m] * As[m][kk] ----
@@ -755,7 +761,7 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
                     for (int q = 0; q < NJP; ++q)
 #pragma unroll
                         for (int r = 0; r < 4; ++r) c[q][r] = 0.0f;
-#pragma unroll 1
+#pragma unroll DWU
                     for (int ms = 0; ms < B_MPAD / 8; ++ms) {
                         const int m0 = ms * 8;
                         const float mk0 = mask[m0 + t], mk1 = mask[m0 + t + 4];
@@ -797,7 +803,7 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
                 for (int q = 0; q < DW_PER; ++q)
 #pragma unroll
                     for (int r = 0; r < 4; ++r) c[q][r] = 0.0f;
-#pragma unroll 1
+#pragma unroll DWU
                 for (int ms = 0; ms < B_MPAD / 8; ++ms) {
                     const int m0 = ms * 8;
                     const float mk0 = mask[m0 + t], mk1 = mask[m0 + t + 4];
@@ -836,6 +842,7 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
                 }
                 }
             }
+            KG_PT(3);
             if (grad_x != nullptr) {
                 // ---- GEMM3: dBs[m][kk] = sum_co dpre[m][co] * Ws[co][kk] ----
                 float acc3[B_MTW][KN8][4];
@@ -845,7 +852,7 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
                     for (int j = 0; j < KN8; ++j)
 #pragma unroll
                         for (int r = 0; r < 4; ++r) acc3[i][j][r] = 0.0f;
-#pragma unroll 1
+#pragma unroll G3U
                 for (int ks = 0; ks < CO_ALL / 8; ++ks) {
 #pragma unroll
                     for (int i = 0; i < B_MTW; ++i) {
@@ -868,6 +875,7 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
                     }
                 }
                 __syncthreads();   // every read of As (box sums) is done
+                KG_PT(4);
 #pragma unroll
                 for (int i = 0; i < B_MTW; ++i) {
                     const int mt = warp + NW * i;
@@ -880,6 +888,7 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
                     }
                 }
                 __syncthreads();
+                KG_PT(5);
                 // ---- gather grad_x over the pixels owned by this core tile ----
                 const int r_lo = th == 0 ? 0 : max(0, th * TPH_B * S_H - PH);
                 const int r_hi = th == B_TH - 1 ? H : min(H, (th + 1) * TPH_B * S_H - PH);
@@ -1038,6 +1047,7 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
                 }
             }
         }
+        KG_PT(6);
         first = false;
     }
 }
@@ -1082,17 +1092,18 @@ static inline long long bwd_grid(int64_t n) {
     return tiles < GRID_BWD ? tiles : GRID_BWD;
 }
 
-}  // namespace kgen_conv2d_avgpool_act_reduce_669fb4cd_ns
+#undef KG_PT
+}  // namespace kgen_conv2d_avgpool_act_reduce_cbf8a485_ns
 
-extern "C" size_t kgen_conv2d_avgpool_act_reduce_669fb4cd_workspace_bytes(int64_t n) {
-    using namespace kgen_conv2d_avgpool_act_reduce_669fb4cd_ns;
+extern "C" size_t kgen_conv2d_avgpool_act_reduce_cbf8a485_workspace_bytes(int64_t n) {
+    using namespace kgen_conv2d_avgpool_act_reduce_cbf8a485_ns;
     if (n <= 0) return 0;
     return (size_t)bwd_grid(n) * PART * sizeof(float);
 }
 
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_669fb4cd_forward(const float* x, const float* w, const float* b, float* out,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_cbf8a485_forward(const float* x, const float* w, const float* b, float* out,
                                          void* workspace, int64_t n, cudaStream_t stream) {
-    using namespace kgen_conv2d_avgpool_act_reduce_669fb4cd_ns;
+    using namespace kgen_conv2d_avgpool_act_reduce_cbf8a485_ns;
     (void)workspace;
     if (n <= 0) return cudaSuccess;
     DevInfo* d = nullptr;
@@ -1124,10 +1135,10 @@ extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_669fb4cd_forward(const flo
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_669fb4cd_backward(const float* grad_out, const float* x, const float* w, const float* b,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_cbf8a485_backward(const float* grad_out, const float* x, const float* w, const float* b,
                                           float* grad_x, float* grad_w, float* grad_b, void* workspace,
                                           int64_t n, cudaStream_t stream) {
-    using namespace kgen_conv2d_avgpool_act_reduce_669fb4cd_ns;
+    using namespace kgen_conv2d_avgpool_act_reduce_cbf8a485_ns;
     const int want_wb = (grad_w != nullptr || grad_b != nullptr) ? 1 : 0;
     float* part = static_cast<float*>(workspace);
     cudaError_t e;
@@ -1150,8 +1161,8 @@ extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_669fb4cd_backward(const fl
     return cudaGetLastError();
 }
 '''
-KGEN_CPP_SOURCE = r'''// kgen_conv2d_avgpool_act_reduce_669fb4cd: torch glue for the fused Conv2d -> AvgPool2d -> sigmoid -> sum kernels in kernel.cu
-// (ops under torch.ops.kgen_conv2d_avgpool_act_reduce_669fb4cd).
+KGEN_CPP_SOURCE = r'''// kgen_conv2d_avgpool_act_reduce_cbf8a485: torch glue for the fused Conv2d -> AvgPool2d -> sigmoid -> sum kernels in kernel.cu
+// (ops under torch.ops.kgen_conv2d_avgpool_act_reduce_cbf8a485).
 // kgen fixed C++ glue helpers (pulled into each rendered binding by Jinja include).
 // Light headers only: torch/library.h and ATen/core, not torch/extension.h.
 #include <torch/library.h>
@@ -1208,10 +1219,10 @@ inline void check_same_device(const at::Tensor& a, const at::Tensor& b, const ch
 
 #include <array>
 
-extern "C" size_t kgen_conv2d_avgpool_act_reduce_669fb4cd_workspace_bytes(int64_t n);
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_669fb4cd_forward(const float* x, const float* w, const float* b, float* out, void* workspace,
+extern "C" size_t kgen_conv2d_avgpool_act_reduce_cbf8a485_workspace_bytes(int64_t n);
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_cbf8a485_forward(const float* x, const float* w, const float* b, float* out, void* workspace,
                                           int64_t n, cudaStream_t stream);
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_669fb4cd_backward(const float* grad_out, const float* x, const float* w, const float* b,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_cbf8a485_backward(const float* grad_out, const float* x, const float* w, const float* b,
                                            float* grad_x, float* grad_w, float* grad_b, void* workspace, int64_t n,
                                            cudaStream_t stream);
 
@@ -1237,7 +1248,7 @@ Checked check(const at::Tensor& x_in, const at::Tensor& w_in, const std::optiona
 const float* ptr_or_null(const at::Tensor& t) { return t.defined() ? t.data_ptr<float>() : nullptr; }
 
 at::Tensor workspace(const at::Tensor& like, int64_t n) {
-  const int64_t bytes = static_cast<int64_t>(kgen_conv2d_avgpool_act_reduce_669fb4cd_workspace_bytes(n));
+  const int64_t bytes = static_cast<int64_t>(kgen_conv2d_avgpool_act_reduce_cbf8a485_workspace_bytes(n));
   return at::empty({bytes > 0 ? bytes : 1}, like.options().dtype(at::kByte));
 }
 
@@ -1247,7 +1258,7 @@ at::Tensor forward(const at::Tensor& x_in, const at::Tensor& w_in, const std::op
   const int64_t n = c.x.size(0);
   at::Tensor out = at::empty({n}, c.x.options());
   at::Tensor ws = workspace(c.x, n);
-  kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_669fb4cd_forward(c.x.data_ptr<float>(), c.w.data_ptr<float>(), ptr_or_null(c.b),
+  kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_cbf8a485_forward(c.x.data_ptr<float>(), c.w.data_ptr<float>(), ptr_or_null(c.b),
                                              out.data_ptr<float>(), ws.data_ptr(), n,
                                              c10::cuda::getCurrentCUDAStream().stream()), "fused forward", kProblem);
   return out;
@@ -1268,7 +1279,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(const at::Tensor& grad_o
   at::Tensor gb = (output_mask[2] && c.b.defined()) ? at::empty_like(c.b) : none;
   if (output_mask[0] || output_mask[1] || gb.numel()) {
     at::Tensor ws = workspace(c.x, n);
-    kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_669fb4cd_backward(grad_out.data_ptr<float>(), c.x.data_ptr<float>(), c.w.data_ptr<float>(),
+    kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_cbf8a485_backward(grad_out.data_ptr<float>(), c.x.data_ptr<float>(), c.w.data_ptr<float>(),
                                                 ptr_or_null(c.b), output_mask[0] ? gx.data_ptr<float>() : nullptr,
                                                 output_mask[1] ? gw.data_ptr<float>() : nullptr,
                                                 gb.numel() ? gb.data_ptr<float>() : nullptr, ws.data_ptr(), n,
@@ -1279,17 +1290,17 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(const at::Tensor& grad_o
 
 }  // namespace
 
-TORCH_LIBRARY(kgen_conv2d_avgpool_act_reduce_669fb4cd, m) {
+TORCH_LIBRARY(kgen_conv2d_avgpool_act_reduce_cbf8a485, m) {
   m.def("forward(Tensor x, Tensor weight, Tensor? bias) -> Tensor");
   m.def("backward(Tensor grad_out, Tensor x, Tensor weight, Tensor? bias, bool[3] output_mask) -> (Tensor, Tensor, Tensor)");
 }
 
 // CPU inputs reach the same functions, which reject them with a message saying what to do.
-TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_669fb4cd, CUDA, m) {
+TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_cbf8a485, CUDA, m) {
   m.impl("forward", &forward);
   m.impl("backward", &backward);
 }
-TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_669fb4cd, CPU, m) {
+TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_cbf8a485, CPU, m) {
   m.impl("forward", &forward);
   m.impl("backward", &backward);
 }
@@ -1338,12 +1349,12 @@ def kgen_register():
         x, weight, bias = ctx.saved_tensors
         mask = [bool(ctx.needs_input_grad[0]), bool(ctx.needs_input_grad[1]),
                 bias is not None and bool(ctx.needs_input_grad[2])]
-        gx, gw, gb = torch.ops.kgen_conv2d_avgpool_act_reduce_669fb4cd.backward(grad_out, x, weight, bias, mask)
+        gx, gw, gb = torch.ops.kgen_conv2d_avgpool_act_reduce_cbf8a485.backward(grad_out, x, weight, bias, mask)
         return gx if mask[0] else None, gw if mask[1] else None, gb if mask[2] else None
 
-    torch.library.register_fake("kgen_conv2d_avgpool_act_reduce_669fb4cd::forward", forward_fake)
-    torch.library.register_fake("kgen_conv2d_avgpool_act_reduce_669fb4cd::backward", backward_fake)
-    torch.library.register_autograd("kgen_conv2d_avgpool_act_reduce_669fb4cd::forward", backward, setup_context=setup_context)
+    torch.library.register_fake("kgen_conv2d_avgpool_act_reduce_cbf8a485::forward", forward_fake)
+    torch.library.register_fake("kgen_conv2d_avgpool_act_reduce_cbf8a485::backward", backward_fake)
+    torch.library.register_autograd("kgen_conv2d_avgpool_act_reduce_cbf8a485::forward", backward, setup_context=setup_context)
 
 
 class ModelNew(nn.Module):
@@ -1366,7 +1377,7 @@ class ModelNew(nn.Module):
         if kgen_ops is None:
             kgen_load()
         conv = self.conv
-        return torch.ops.kgen_conv2d_avgpool_act_reduce_669fb4cd.forward(x, conv.weight, conv.bias)
+        return torch.ops.kgen_conv2d_avgpool_act_reduce_cbf8a485.forward(x, conv.weight, conv.bias)
 
 
 if torch.cuda.is_available():

@@ -199,13 +199,14 @@ def context(spec: Spec) -> dict:
 def describe(spec: Spec) -> list[str]:
     d = derive(spec)
     return [
-        "Conv2d then AvgPool2d is one linear map: each pooled pre-activation is bias + (1/DIV) * W . Bs, where Bs is the",
-        f"{spec.PKH}x{spec.PKW} box sum of the input at each conv tap. forward: ONE kernel; each block loads the input rows",
-        f"under a {d['TPH']}x{d['TPW']} tile of pooled positions to shared memory, forms Bs, runs the positions x {spec.CO} x",
-        f"{spec.CI * spec.KH * spec.KW} GEMM on tensor cores in 3xTF32 (fp32 accuracy), applies {spec.ACT}, and reduces; block",
-        "partials are summed in a fixed order by the last block of each sample (deterministic). backward: recomputes the",
-        "pre-activations per tile (nothing of size batch x channels x H' x W' is stored), gathers grad_x through the pool",
-        "box and conv taps, and reduces grad_weight / grad_bias from per-block partials in a fixed order.",
+        "Conv2d then AvgPool2d is one linear map: each pooled pre-activation is bias*PKH*PKW/DIV + (1/DIV) * W . Bs, where",
+        f"Bs is the {spec.PKH}x{spec.PKW} box sum of the input at each conv tap. forward: ONE kernel launch; each block forms",
+        f"Bs for a {d['TPH']}x{d['TPW']} tile of pooled positions in shared memory straight from x, runs the positions x {spec.CO}",
+        f"x {spec.CI * spec.KH * spec.KW} GEMM on tensor cores in 3xTF32 (fp32 accuracy), applies {spec.ACT} and reduces; the blocks",
+        "of one sample form a thread-block cluster whose partial sums rank 0 adds in a fixed order through distributed",
+        "shared memory (deterministic, no atomics, no workspace). backward: recomputes the pre-activations per tile",
+        "(nothing of size batch x channels x H' x W' is stored), gathers grad_x through the pool box and conv taps, and",
+        "reduces grad_weight / grad_bias from per-block partials in a fixed order in a second small kernel.",
     ]
 
 
