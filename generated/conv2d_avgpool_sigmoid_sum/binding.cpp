@@ -1,5 +1,5 @@
-// kgen_conv2d_avgpool_act_reduce_cbf8a485: torch glue for the fused Conv2d -> AvgPool2d -> sigmoid -> sum kernels in kernel.cu
-// (ops under torch.ops.kgen_conv2d_avgpool_act_reduce_cbf8a485).
+// kgen_conv2d_avgpool_act_reduce_acccf95f: torch glue for the fused Conv2d -> AvgPool2d -> sigmoid -> sum kernels in kernel.cu
+// (ops under torch.ops.kgen_conv2d_avgpool_act_reduce_acccf95f).
 // kgen fixed C++ glue helpers (pulled into each rendered binding by Jinja include).
 // Light headers only: torch/library.h and ATen/core, not torch/extension.h.
 #include <torch/library.h>
@@ -56,10 +56,10 @@ inline void check_same_device(const at::Tensor& a, const at::Tensor& b, const ch
 
 #include <array>
 
-extern "C" size_t kgen_conv2d_avgpool_act_reduce_cbf8a485_workspace_bytes(int64_t n);
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_cbf8a485_forward(const float* x, const float* w, const float* b, float* out, void* workspace,
+extern "C" size_t kgen_conv2d_avgpool_act_reduce_acccf95f_workspace_bytes(int64_t n);
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_acccf95f_forward(const float* x, const float* w, const float* b, float* out, void* workspace,
                                           int64_t n, cudaStream_t stream);
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_cbf8a485_backward(const float* grad_out, const float* x, const float* w, const float* b,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_acccf95f_backward(const float* grad_out, const float* x, const float* w, const float* b,
                                            float* grad_x, float* grad_w, float* grad_b, void* workspace, int64_t n,
                                            cudaStream_t stream);
 
@@ -85,7 +85,7 @@ Checked check(const at::Tensor& x_in, const at::Tensor& w_in, const std::optiona
 const float* ptr_or_null(const at::Tensor& t) { return t.defined() ? t.data_ptr<float>() : nullptr; }
 
 at::Tensor workspace(const at::Tensor& like, int64_t n) {
-  const int64_t bytes = static_cast<int64_t>(kgen_conv2d_avgpool_act_reduce_cbf8a485_workspace_bytes(n));
+  const int64_t bytes = static_cast<int64_t>(kgen_conv2d_avgpool_act_reduce_acccf95f_workspace_bytes(n));
   return at::empty({bytes > 0 ? bytes : 1}, like.options().dtype(at::kByte));
 }
 
@@ -95,7 +95,7 @@ at::Tensor forward(const at::Tensor& x_in, const at::Tensor& w_in, const std::op
   const int64_t n = c.x.size(0);
   at::Tensor out = at::empty({n}, c.x.options());
   at::Tensor ws = workspace(c.x, n);
-  kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_cbf8a485_forward(c.x.data_ptr<float>(), c.w.data_ptr<float>(), ptr_or_null(c.b),
+  kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_acccf95f_forward(c.x.data_ptr<float>(), c.w.data_ptr<float>(), ptr_or_null(c.b),
                                              out.data_ptr<float>(), ws.data_ptr(), n,
                                              c10::cuda::getCurrentCUDAStream().stream()), "fused forward", kProblem);
   return out;
@@ -116,7 +116,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(const at::Tensor& grad_o
   at::Tensor gb = (output_mask[2] && c.b.defined()) ? at::empty_like(c.b) : none;
   if (output_mask[0] || output_mask[1] || gb.numel()) {
     at::Tensor ws = workspace(c.x, n);
-    kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_cbf8a485_backward(grad_out.data_ptr<float>(), c.x.data_ptr<float>(), c.w.data_ptr<float>(),
+    kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_acccf95f_backward(grad_out.data_ptr<float>(), c.x.data_ptr<float>(), c.w.data_ptr<float>(),
                                                 ptr_or_null(c.b), output_mask[0] ? gx.data_ptr<float>() : nullptr,
                                                 output_mask[1] ? gw.data_ptr<float>() : nullptr,
                                                 gb.numel() ? gb.data_ptr<float>() : nullptr, ws.data_ptr(), n,
@@ -127,17 +127,17 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(const at::Tensor& grad_o
 
 }  // namespace
 
-TORCH_LIBRARY(kgen_conv2d_avgpool_act_reduce_cbf8a485, m) {
+TORCH_LIBRARY(kgen_conv2d_avgpool_act_reduce_acccf95f, m) {
   m.def("forward(Tensor x, Tensor weight, Tensor? bias) -> Tensor");
   m.def("backward(Tensor grad_out, Tensor x, Tensor weight, Tensor? bias, bool[3] output_mask) -> (Tensor, Tensor, Tensor)");
 }
 
 // CPU inputs reach the same functions, which reject them with a message saying what to do.
-TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_cbf8a485, CUDA, m) {
+TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_acccf95f, CUDA, m) {
   m.impl("forward", &forward);
   m.impl("backward", &backward);
 }
-TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_cbf8a485, CPU, m) {
+TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_acccf95f, CPU, m) {
   m.impl("forward", &forward);
   m.impl("backward", &backward);
 }

@@ -2,7 +2,7 @@
 
 Do not edit: regenerate with `kgen generate kgen/problems/conv2d_avgpool_sigmoid_sum.py` (a hand edit makes kgen refuse to overwrite
 this file without --force).
-kgen-checksum: 3b05d0003861824dcca48f37b0780707799b9140c29c132e430001c97038f71a
+kgen-checksum: 538c757e451fb326821acc7c3e1639e04e7e1608e42a6f428c3f5a53993d2cc1
 
 Family conv2d_avgpool_act_reduce; spec 52613d086abfd65f:
     CI = 8
@@ -42,7 +42,7 @@ How it works:
 The CUDA and C++ sources below are also written beside this file (kernel.cu, binding.cpp) for reading. They are
 compiled on first import into the extension kgen_conv2d_avgpool_act_reduce_<hash> (the hash covers the sources, compiler flags,
 torch and CUDA versions and the GPU architecture), cached under $KGEN_CACHE_DIR (default ~/.cache/kgen), and
-loaded from there afterwards. Ops: torch.ops.kgen_conv2d_avgpool_act_reduce_cbf8a485.forward / .backward, with fake (meta) kernels and autograd
+loaded from there afterwards. Ops: torch.ops.kgen_conv2d_avgpool_act_reduce_acccf95f.forward / .backward, with fake (meta) kernels and autograd
 registered below, so torch.compile(fullgraph=True) and torch.library.opcheck work.
 """
 
@@ -199,8 +199,8 @@ def kgen_load_extension(namespace, cuda_source, cpp_source):
     return ext_name
 
 # ---- generated kernels ------------------------------------------------------------------------------------------
-KGEN_NAMESPACE = "kgen_conv2d_avgpool_act_reduce_cbf8a485"
-KGEN_CUDA_SOURCE = r'''// kgen: fused Conv2d -> AvgPool2d -> sigmoid -> sum over [C,H,W]  (kgen_conv2d_avgpool_act_reduce_cbf8a485)
+KGEN_NAMESPACE = "kgen_conv2d_avgpool_act_reduce_acccf95f"
+KGEN_CUDA_SOURCE = r'''// kgen: fused Conv2d -> AvgPool2d -> sigmoid -> sum over [C,H,W]  (kgen_conv2d_avgpool_act_reduce_acccf95f)
 // Pool-first: conv followed by avg-pool is one linear map, so each pooled output is
 //   pre[n,co,ph,pw] = bias[co] + sum_k (W[co,k]/DIV) * Bs[n,ph,pw,k]   (k = ci*KH*KW + ky*KW + kx)
 // where Bs is a PKH x PKW box sum of the (zero-padded) input at the conv tap offsets.
@@ -212,9 +212,10 @@ KGEN_CUDA_SOURCE = r'''// kgen: fused Conv2d -> AvgPool2d -> sigmoid -> sum over
 #include <math.h>
 #include <cooperative_groups.h>
 
-namespace kgen_conv2d_avgpool_act_reduce_cbf8a485_ns {
+namespace kgen_conv2d_avgpool_act_reduce_acccf95f_ns {
 namespace cg = cooperative_groups;
 
+constexpr bool DEV_MMA1 = 0;   // dev timing only: hi*hi pass alone (NOT accurate)
 
 // ---- 3xTF32 tensor-core helpers (mma.sync m16n8k8, fp32-level accuracy) ----
 // a = hi + lo with hi = rna(a) in tf32; lo is passed raw (the tensor core ignores its low 13 bits).
@@ -235,8 +236,10 @@ __device__ __forceinline__ void kg_mma(float (&c)[4], uint32_t a0, uint32_t a1, 
 struct KgAFrag { uint32_t h[4], l[4]; };
 struct KgBFrag { uint32_t h[2], l[2]; };
 __device__ __forceinline__ void kg_mma3(float (&c)[4], const KgAFrag& a, const KgBFrag& b) {
-    kg_mma(c, a.l[0], a.l[1], a.l[2], a.l[3], b.h[0], b.h[1]);
-    kg_mma(c, a.h[0], a.h[1], a.h[2], a.h[3], b.l[0], b.l[1]);
+    if (!DEV_MMA1) {
+        kg_mma(c, a.l[0], a.l[1], a.l[2], a.l[3], b.h[0], b.h[1]);
+        kg_mma(c, a.h[0], a.h[1], a.h[2], a.h[3], b.l[0], b.l[1]);
+    }
     kg_mma(c, a.h[0], a.h[1], a.h[2], a.h[3], b.h[0], b.h[1]);
 }
 
@@ -250,7 +253,9 @@ constexpr int TPH = 5, TPW = 48;          // forward tile, pooled positions
 constexpr int TPH_B = 7, TPW_B = 19;  // backward core tile, pooled positions
 constexpr int CI_CHUNK = 8;                  // input channels per K chunk
 constexpr int GRID_BWD = 264;                  // max blocks of the backward kernel
-constexpr int BSU = 1, DWU = 1, G3U = 1;  // backward loop unrolls (box sums, dW, GEMM3)
+constexpr int BSU = 1, DWU = 2, G3U = 1;  // backward loop unrolls (box sums, dW, GEMM3)
+constexpr int GU = 1;                  // unroll of the fast grad_x gather's cell loop
+constexpr bool DWP = 1;               // load the block's grad_w partial before (not after) the dW mma loop
 constexpr bool FWD_WFRAG = 1;   // forward keeps W as pre-split tf32 hi/lo B fragments (needs the 240-position tile budget)
 
 constexpr int HO = (H + 2 * PH - DH * (KH - 1) - 1) / SH + 1;
@@ -280,6 +285,7 @@ constexpr int HALO_H = (B_TH == 1) ? 0 : (PR - 1) / S_H;
 constexpr int HALO_W = (B_TW == 1) ? 0 : (PC - 1) / S_W;
 constexpr int B_EH = TPH_B + HALO_H, B_EW = TPW_B + HALO_W, B_M = B_EH * B_EW;
 constexpr int B_MPAD = (B_M + 15) / 16 * 16, B_MT = B_MPAD / 16, B_MTW = (B_MT + NW - 1) / NW;
+constexpr int DW_MS0 = HALO_H * B_EW / 8, DW_MS1 = (B_M + 7) / 8;   // 8-position steps holding core positions
 constexpr int NPH = (PKH + PSH - 1) / PSH, NPW = (PKW + PSW - 1) / PSW;
 constexpr int DB_SEG = CO_ALL >= NT ? 1 : (NT / CO_ALL >= 32 ? 32 : NT / CO_ALL >= 16 ? 16 : NT / CO_ALL >= 8 ? 8
                        : NT / CO_ALL >= 4 ? 4 : NT / CO_ALL >= 2 ? 2 : 1);   // threads per channel for grad_b
@@ -512,10 +518,10 @@ __device__ __forceinline__ void gemm1(const float* As, const float* Ws, int co0,
             kg_split(q[4], b.h[1], b.l[1]);
 #pragma unroll
             for (int i = 0; i < MTW; ++i)
-                if (warp + NW * i < MT) kg_mma(acc[i][j], a[i].l[0], a[i].l[1], a[i].l[2], a[i].l[3], b.h[0], b.h[1]);
+                if (!DEV_MMA1 && warp + NW * i < MT) kg_mma(acc[i][j], a[i].l[0], a[i].l[1], a[i].l[2], a[i].l[3], b.h[0], b.h[1]);
 #pragma unroll
             for (int i = 0; i < MTW; ++i)
-                if (warp + NW * i < MT) kg_mma(acc[i][j], a[i].h[0], a[i].h[1], a[i].h[2], a[i].h[3], b.l[0], b.l[1]);
+                if (!DEV_MMA1 && warp + NW * i < MT) kg_mma(acc[i][j], a[i].h[0], a[i].h[1], a[i].h[2], a[i].h[3], b.l[0], b.l[1]);
 #pragma unroll
             for (int i = 0; i < MTW; ++i)
                 if (warp + NW * i < MT) kg_mma(acc[i][j], a[i].h[0], a[i].h[1], a[i].h[2], a[i].h[3], b.h[0], b.h[1]);
@@ -549,10 +555,10 @@ __device__ __forceinline__ void gemm1_wf(const float* As, const float4* Wf, int 
             b.l[0] = __float_as_uint(v.z); b.l[1] = __float_as_uint(v.w);
 #pragma unroll
             for (int i = 0; i < MTW; ++i)
-                if (warp + NW * i < MT) kg_mma(acc[i][j], a[i].l[0], a[i].l[1], a[i].l[2], a[i].l[3], b.h[0], b.h[1]);
+                if (!DEV_MMA1 && warp + NW * i < MT) kg_mma(acc[i][j], a[i].l[0], a[i].l[1], a[i].l[2], a[i].l[3], b.h[0], b.h[1]);
 #pragma unroll
             for (int i = 0; i < MTW; ++i)
-                if (warp + NW * i < MT) kg_mma(acc[i][j], a[i].h[0], a[i].h[1], a[i].h[2], a[i].h[3], b.l[0], b.l[1]);
+                if (!DEV_MMA1 && warp + NW * i < MT) kg_mma(acc[i][j], a[i].h[0], a[i].h[1], a[i].h[2], a[i].h[3], b.l[0], b.l[1]);
 #pragma unroll
             for (int i = 0; i < MTW; ++i)
                 if (warp + NW * i < MT) kg_mma(acc[i][j], a[i].h[0], a[i].h[1], a[i].h[2], a[i].h[3], b.h[0], b.h[1]);
@@ -733,7 +739,7 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
                 const int co = idx / DB_SEG, sg = idx - co * DB_SEG;
                 float sum = 0.0f;
                 if (co < CO)
-                    for (int m = sg; m < B_MPAD; m += DB_SEG) sum += Dp[m * CP + co] * mask[m];
+                    for (int m = DW_MS0 * 8 + sg; m < B_M; m += DB_SEG) sum += Dp[m * CP + co] * mask[m];
 #pragma unroll
                 for (int o = DB_SEG / 2; o >= 1; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
                 if (sg == 0 && co < CO) {
@@ -755,14 +761,29 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
                 constexpr int DW_MT = CO_ALL / 16, DW_NT = KN8;
                 if constexpr (NW % DW_MT == 0) {
                     constexpr int WPM = NW / DW_MT, NJP = (DW_NT + WPM - 1) / WPM;
-                    const int mi = warp / WPM, nj0 = warp - mi * WPM;
-                    float c[NJP][4];
+                    const int nj0 = warp / DW_MT, mi = warp - nj0 * DW_MT;   // warps w and w+4 (one SMSP) get the same mi: n-tiles spread evenly over the SMSPs
+                    float c[NJP][4], prev[NJP][4];
 #pragma unroll
                     for (int q = 0; q < NJP; ++q)
 #pragma unroll
-                        for (int r = 0; r < 4; ++r) c[q][r] = 0.0f;
+                        for (int r = 0; r < 4; ++r) c[q][r] = prev[q][r] = 0.0f;
+                    if constexpr (DWP) {   // issue the partial's loads now: their latency hides under the mma loop
+                        if (!first) {
+#pragma unroll
+                            for (int q = 0; q < NJP; ++q) {
+                                const int nj = nj0 + WPM * q;
+#pragma unroll
+                                for (int r = 0; r < 4; ++r) {
+                                    const int co = mi * 16 + g + (r >> 1) * 8;
+                                    const int kk = nj * 8 + 2 * t + (r & 1);
+                                    if (nj < DW_NT && co < CO && kk < KC && ch * CI_CHUNK + kk / KK < CI)
+                                        prev[q][r] = mypart[(size_t)co * KTOT + (size_t)ch * CI_CHUNK * KK + kk];
+                                }
+                            }
+                        }
+                    }
 #pragma unroll DWU
-                    for (int ms = 0; ms < B_MPAD / 8; ++ms) {
+                    for (int ms = DW_MS0; ms < DW_MS1; ++ms) {
                         const int m0 = ms * 8;
                         const float mk0 = mask[m0 + t], mk1 = mask[m0 + t + 4];
                         const float* pa = Dp + (m0 + t) * CP + mi * 16 + g;
@@ -792,7 +813,8 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
                             const int kk = nj * 8 + 2 * t + (r & 1);
                             if (co < CO && kk < KC && ch * CI_CHUNK + kk / KK < CI) {
                                 float* p = mypart + (size_t)co * KTOT + (size_t)ch * CI_CHUNK * KK + kk;
-                                if (first) *p = c[q][r]; else *p += c[q][r];
+                                if constexpr (DWP) *p = first ? c[q][r] : prev[q][r] + c[q][r];
+                                else if (first) *p = c[q][r]; else *p += c[q][r];
                             }
                         }
                     }
@@ -804,7 +826,7 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
 #pragma unroll
                     for (int r = 0; r < 4; ++r) c[q][r] = 0.0f;
 #pragma unroll DWU
-                for (int ms = 0; ms < B_MPAD / 8; ++ms) {
+                for (int ms = DW_MS0; ms < DW_MS1; ++ms) {
                     const int m0 = ms * 8;
                     const float mk0 = mask[m0 + t], mk1 = mask[m0 + t + 4];
 #pragma unroll
@@ -901,6 +923,7 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
                     const int P_lo = (r_lo + PH) / PKH, P_hi = (r_hi + PH + PKH - 1) / PKH;
                     const int Q_lo = (c_lo + PW) / PKW, Q_hi = (c_hi + PW + PKW - 1) / PKW;
                     const int nQ = Q_hi - Q_lo, items = ncl * (P_hi - P_lo) * nQ;
+#pragma unroll GU
                     for (int idx = threadIdx.x; idx < items; idx += NT) {
                         const int cl = idx % ncl, rest = idx / ncl;   // channel fastest: fewer bank conflicts
                         const int P = P_lo + rest / nQ, Q = Q_lo + rest % nQ;
@@ -1093,17 +1116,17 @@ static inline long long bwd_grid(int64_t n) {
 }
 
 #undef KG_PT
-}  // namespace kgen_conv2d_avgpool_act_reduce_cbf8a485_ns
+}  // namespace kgen_conv2d_avgpool_act_reduce_acccf95f_ns
 
-extern "C" size_t kgen_conv2d_avgpool_act_reduce_cbf8a485_workspace_bytes(int64_t n) {
-    using namespace kgen_conv2d_avgpool_act_reduce_cbf8a485_ns;
+extern "C" size_t kgen_conv2d_avgpool_act_reduce_acccf95f_workspace_bytes(int64_t n) {
+    using namespace kgen_conv2d_avgpool_act_reduce_acccf95f_ns;
     if (n <= 0) return 0;
     return (size_t)bwd_grid(n) * PART * sizeof(float);
 }
 
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_cbf8a485_forward(const float* x, const float* w, const float* b, float* out,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_acccf95f_forward(const float* x, const float* w, const float* b, float* out,
                                          void* workspace, int64_t n, cudaStream_t stream) {
-    using namespace kgen_conv2d_avgpool_act_reduce_cbf8a485_ns;
+    using namespace kgen_conv2d_avgpool_act_reduce_acccf95f_ns;
     (void)workspace;
     if (n <= 0) return cudaSuccess;
     DevInfo* d = nullptr;
@@ -1135,10 +1158,10 @@ extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_cbf8a485_forward(const flo
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_cbf8a485_backward(const float* grad_out, const float* x, const float* w, const float* b,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_acccf95f_backward(const float* grad_out, const float* x, const float* w, const float* b,
                                           float* grad_x, float* grad_w, float* grad_b, void* workspace,
                                           int64_t n, cudaStream_t stream) {
-    using namespace kgen_conv2d_avgpool_act_reduce_cbf8a485_ns;
+    using namespace kgen_conv2d_avgpool_act_reduce_acccf95f_ns;
     const int want_wb = (grad_w != nullptr || grad_b != nullptr) ? 1 : 0;
     float* part = static_cast<float*>(workspace);
     cudaError_t e;
@@ -1161,8 +1184,8 @@ extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_cbf8a485_backward(const fl
     return cudaGetLastError();
 }
 '''
-KGEN_CPP_SOURCE = r'''// kgen_conv2d_avgpool_act_reduce_cbf8a485: torch glue for the fused Conv2d -> AvgPool2d -> sigmoid -> sum kernels in kernel.cu
-// (ops under torch.ops.kgen_conv2d_avgpool_act_reduce_cbf8a485).
+KGEN_CPP_SOURCE = r'''// kgen_conv2d_avgpool_act_reduce_acccf95f: torch glue for the fused Conv2d -> AvgPool2d -> sigmoid -> sum kernels in kernel.cu
+// (ops under torch.ops.kgen_conv2d_avgpool_act_reduce_acccf95f).
 // kgen fixed C++ glue helpers (pulled into each rendered binding by Jinja include).
 // Light headers only: torch/library.h and ATen/core, not torch/extension.h.
 #include <torch/library.h>
@@ -1219,10 +1242,10 @@ inline void check_same_device(const at::Tensor& a, const at::Tensor& b, const ch
 
 #include <array>
 
-extern "C" size_t kgen_conv2d_avgpool_act_reduce_cbf8a485_workspace_bytes(int64_t n);
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_cbf8a485_forward(const float* x, const float* w, const float* b, float* out, void* workspace,
+extern "C" size_t kgen_conv2d_avgpool_act_reduce_acccf95f_workspace_bytes(int64_t n);
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_acccf95f_forward(const float* x, const float* w, const float* b, float* out, void* workspace,
                                           int64_t n, cudaStream_t stream);
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_cbf8a485_backward(const float* grad_out, const float* x, const float* w, const float* b,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_acccf95f_backward(const float* grad_out, const float* x, const float* w, const float* b,
                                            float* grad_x, float* grad_w, float* grad_b, void* workspace, int64_t n,
                                            cudaStream_t stream);
 
@@ -1248,7 +1271,7 @@ Checked check(const at::Tensor& x_in, const at::Tensor& w_in, const std::optiona
 const float* ptr_or_null(const at::Tensor& t) { return t.defined() ? t.data_ptr<float>() : nullptr; }
 
 at::Tensor workspace(const at::Tensor& like, int64_t n) {
-  const int64_t bytes = static_cast<int64_t>(kgen_conv2d_avgpool_act_reduce_cbf8a485_workspace_bytes(n));
+  const int64_t bytes = static_cast<int64_t>(kgen_conv2d_avgpool_act_reduce_acccf95f_workspace_bytes(n));
   return at::empty({bytes > 0 ? bytes : 1}, like.options().dtype(at::kByte));
 }
 
@@ -1258,7 +1281,7 @@ at::Tensor forward(const at::Tensor& x_in, const at::Tensor& w_in, const std::op
   const int64_t n = c.x.size(0);
   at::Tensor out = at::empty({n}, c.x.options());
   at::Tensor ws = workspace(c.x, n);
-  kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_cbf8a485_forward(c.x.data_ptr<float>(), c.w.data_ptr<float>(), ptr_or_null(c.b),
+  kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_acccf95f_forward(c.x.data_ptr<float>(), c.w.data_ptr<float>(), ptr_or_null(c.b),
                                              out.data_ptr<float>(), ws.data_ptr(), n,
                                              c10::cuda::getCurrentCUDAStream().stream()), "fused forward", kProblem);
   return out;
@@ -1279,7 +1302,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(const at::Tensor& grad_o
   at::Tensor gb = (output_mask[2] && c.b.defined()) ? at::empty_like(c.b) : none;
   if (output_mask[0] || output_mask[1] || gb.numel()) {
     at::Tensor ws = workspace(c.x, n);
-    kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_cbf8a485_backward(grad_out.data_ptr<float>(), c.x.data_ptr<float>(), c.w.data_ptr<float>(),
+    kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_acccf95f_backward(grad_out.data_ptr<float>(), c.x.data_ptr<float>(), c.w.data_ptr<float>(),
                                                 ptr_or_null(c.b), output_mask[0] ? gx.data_ptr<float>() : nullptr,
                                                 output_mask[1] ? gw.data_ptr<float>() : nullptr,
                                                 gb.numel() ? gb.data_ptr<float>() : nullptr, ws.data_ptr(), n,
@@ -1290,17 +1313,17 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(const at::Tensor& grad_o
 
 }  // namespace
 
-TORCH_LIBRARY(kgen_conv2d_avgpool_act_reduce_cbf8a485, m) {
+TORCH_LIBRARY(kgen_conv2d_avgpool_act_reduce_acccf95f, m) {
   m.def("forward(Tensor x, Tensor weight, Tensor? bias) -> Tensor");
   m.def("backward(Tensor grad_out, Tensor x, Tensor weight, Tensor? bias, bool[3] output_mask) -> (Tensor, Tensor, Tensor)");
 }
 
 // CPU inputs reach the same functions, which reject them with a message saying what to do.
-TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_cbf8a485, CUDA, m) {
+TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_acccf95f, CUDA, m) {
   m.impl("forward", &forward);
   m.impl("backward", &backward);
 }
-TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_cbf8a485, CPU, m) {
+TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_acccf95f, CPU, m) {
   m.impl("forward", &forward);
   m.impl("backward", &backward);
 }
@@ -1349,12 +1372,12 @@ def kgen_register():
         x, weight, bias = ctx.saved_tensors
         mask = [bool(ctx.needs_input_grad[0]), bool(ctx.needs_input_grad[1]),
                 bias is not None and bool(ctx.needs_input_grad[2])]
-        gx, gw, gb = torch.ops.kgen_conv2d_avgpool_act_reduce_cbf8a485.backward(grad_out, x, weight, bias, mask)
+        gx, gw, gb = torch.ops.kgen_conv2d_avgpool_act_reduce_acccf95f.backward(grad_out, x, weight, bias, mask)
         return gx if mask[0] else None, gw if mask[1] else None, gb if mask[2] else None
 
-    torch.library.register_fake("kgen_conv2d_avgpool_act_reduce_cbf8a485::forward", forward_fake)
-    torch.library.register_fake("kgen_conv2d_avgpool_act_reduce_cbf8a485::backward", backward_fake)
-    torch.library.register_autograd("kgen_conv2d_avgpool_act_reduce_cbf8a485::forward", backward, setup_context=setup_context)
+    torch.library.register_fake("kgen_conv2d_avgpool_act_reduce_acccf95f::forward", forward_fake)
+    torch.library.register_fake("kgen_conv2d_avgpool_act_reduce_acccf95f::backward", backward_fake)
+    torch.library.register_autograd("kgen_conv2d_avgpool_act_reduce_acccf95f::forward", backward, setup_context=setup_context)
 
 
 class ModelNew(nn.Module):
@@ -1377,7 +1400,7 @@ class ModelNew(nn.Module):
         if kgen_ops is None:
             kgen_load()
         conv = self.conv
-        return torch.ops.kgen_conv2d_avgpool_act_reduce_cbf8a485.forward(x, conv.weight, conv.bias)
+        return torch.ops.kgen_conv2d_avgpool_act_reduce_acccf95f.forward(x, conv.weight, conv.bias)
 
 
 if torch.cuda.is_available():
