@@ -20,8 +20,9 @@ from kgen.problem import exec_problem
 
 
 def cuda_time_ms(fn, warmup: int, reps: int) -> float:
-    """Median milliseconds per call. Short calls run back to back between the two events (enough for ~2 ms), so
-    the host's launch overhead overlaps the GPU work as in a real loop instead of adding idle gaps."""
+    """Median milliseconds per call. Calls run back to back between the two events (enough for ~10 ms), so the
+    host's launch and autograd overhead overlaps the GPU work as in a real loop instead of adding idle gaps; the
+    same for every provider."""
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
@@ -30,7 +31,7 @@ def cuda_time_ms(fn, warmup: int, reps: int) -> float:
     fn()
     end.record()
     end.synchronize()
-    inner = max(1, min(100, int(2.0 / max(start.elapsed_time(end), 1e-3))))
+    inner = max(1, min(100, round(10.0 / max(start.elapsed_time(end), 1e-3))))
     times = []
     for _ in range(reps):
         start.record()
