@@ -48,7 +48,6 @@ def copy_bandwidth_gbs(nbytes: int = 1 << 30) -> float:
     a = torch.empty(nbytes // 4, device="cuda")
     b = torch.empty_like(a)
     ms = cuda_time_ms(lambda: b.copy_(a), 3, 20)
-    del a, b
     return 2 * nbytes / ms / 1e6
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import ast
 import hashlib
 import inspect
-import json
 import os
 import re
 import tempfile

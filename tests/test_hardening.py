@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from kgen.families import FAMILIES
-from tests.helpers import avg_pool_problem, conv_problem, generate_module, reference_and_new
+from tests.helpers import avg_pool_problem, conv_problem, reference_and_new
 
 # One small problem per family; every family must have one (test_every_family_is_covered).
 FAMILY_PROBLEMS = {

@@ -1,9 +1,7 @@
 """Pipeline, CLI and generated-module behaviour that needs no GPU."""
 
-import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -11,7 +9,6 @@ from typer.testing import CliRunner
 
 from kgen import emit
 from kgen.cli import app, bundled_problems
-from kgen.errors import KgenError
 from tests.helpers import REPO, avg_pool_problem, generate_module, write_problem
 
 runner = CliRunner()

@@ -4,7 +4,6 @@ Usage: python tests/device/import_timing.py generated/avg_pool2d/model_new.py CA
 import os
 import subprocess
 import sys
-import time
 
 path, cache = sys.argv[1], sys.argv[2]
 env = dict(os.environ, KGEN_CACHE_DIR=cache)
