@@ -16,7 +16,8 @@ import torch
 
 from kgen import emit
 from kgen.errors import KgenError
-from kgen.problem import exec_problem
+from kgen.problem import Problem, load_problem
+from kgen.spec import match
 
 
 def cuda_time_ms(fn, warmup: int, reps: int) -> float:
@@ -51,8 +52,8 @@ def copy_bandwidth_gbs(nbytes: int = 1 << 30) -> float:
     return 2 * nbytes / ms / 1e6
 
 
-def load_generated(problem: Path):
-    gen = emit.generate(problem)
+def load_generated(problem: Problem):
+    gen = emit.generate_problem(problem, str(problem.path))
     out = Path(tempfile.mkdtemp(prefix="kgen_bench_")) / gen.problem
     emit.write(gen, out, force=True)
     ns: dict = {"__name__": f"kgen_bench_{gen.problem}"}
@@ -65,12 +66,10 @@ def run(problem: Path, warmup: int = 5, reps: int = 20, with_compile: bool = Tru
         raise KgenError("kgen bench needs a CUDA GPU; run it on a machine where torch.cuda.is_available() is True")
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
-    from kgen.problem import load_problem
-    from kgen.spec import match
-
-    family, spec = match(load_problem(problem))
-    gen, ns = load_generated(problem)
-    _, user = exec_problem(Path(problem).resolve())
+    loaded = load_problem(problem)  # traced once; its namespace holds the user's Model and get_inputs
+    family, spec = match(loaded)
+    gen, ns = load_generated(loaded)
+    user = loaded.namespace
     init = user["get_init_inputs"]()
     torch.manual_seed(0)
     model = user["Model"](*init).cuda()

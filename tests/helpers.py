@@ -67,13 +67,17 @@ def write_problem(source: str, name: str | None = None) -> Path:
     return path
 
 
-def generate_module(source: str, name: str | None = None) -> dict:
-    """Generate the problem, write it under GEN_ROOT, and exec model_new.py's text alone in a fresh namespace."""
-    path = write_problem(source, name)
-    gen = emit.generate(path)
+def write_generated(gen: emit.Generated) -> Path:
+    """Write a generated problem under GEN_ROOT/out/<problem>/; returns its model_new.py."""
     out = GEN_ROOT / "out" / gen.problem
     emit.write(gen, out, force=True)
-    text = (out / emit.MODEL_FILE).read_text()
+    return out / emit.MODEL_FILE
+
+
+def generate_module(source: str, name: str | None = None) -> dict:
+    """Generate the problem, write it under GEN_ROOT, and exec model_new.py's text alone in a fresh namespace."""
+    gen = emit.generate(write_problem(source, name))
+    text = write_generated(gen).read_text()
     ns: dict = {"__name__": f"kgen_generated_{gen.problem}"}
     exec(compile(text, f"<{gen.problem}/model_new.py>", "exec"), ns)
     return ns

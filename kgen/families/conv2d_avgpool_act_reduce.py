@@ -23,7 +23,7 @@ import torch
 
 from kgen.errors import Unsupported
 from kgen.problem import Problem
-from kgen.spec import Op, pool_out_size
+from kgen.spec import Op, ceil_div, pool_out_size
 
 NAME = "conv2d_avgpool_act_reduce"
 TEMPLATES = {"kernel.cu": "conv2d_avgpool_act_reduce/kernel.cu.j2", "binding.cpp": "conv2d_avgpool_act_reduce/binding.cpp.j2"}
@@ -121,12 +121,9 @@ def match(ops: list[Op], problem: Problem) -> Spec | None:
 # ------------------------------------------------------------------------------------------------------ tiling
 
 
-def _ceil(a: int, b: int) -> int:
-    return -(-a // b)
-
-
 def _r(a: int, b: int) -> int:
-    return _ceil(a, b) * b
+    """a rounded up to a multiple of b."""
+    return ceil_div(a, b) * b
 
 
 def derive(spec: Spec) -> dict:
@@ -150,7 +147,7 @@ def derive(spec: Spec) -> dict:
         best = None
         for tpw in range(1, min(PWO, 64) + 1):
             for tph in range(1, min(PHO, 64) + 1):
-                th, tw = _ceil(PHO, tph), _ceil(PWO, tpw)
+                th, tw = ceil_div(PHO, tph), ceil_div(PWO, tpw)
                 hh = 0 if (not halo or th == 1) else (PR - 1) // S_H
                 hw = 0 if (not halo or tw == 1) else (PC - 1) // S_W
                 m = (tph + hh) * (tpw + hw)

@@ -108,11 +108,8 @@ def main():
         from tests import helpers
         from tests.device.prebuild import build
 
-        paths = []
-        for fam, src, gen in gens:  # build every extension in parallel first; the checks then load from the cache
-            out = helpers.GEN_ROOT / "out" / gen.problem
-            emit.write(gen, out, force=True)
-            paths.append(out / emit.MODEL_FILE)
+        # build every extension in parallel first; the checks then load from the cache
+        paths = [helpers.write_generated(gen) for fam, src, gen in gens]
         with ThreadPoolExecutor(12) as ex:
             for name, secs, rc, err in ex.map(build, paths):
                 if rc:

@@ -38,10 +38,7 @@ def main() -> int:
     jobs = int(sys.argv[1]) if len(sys.argv) > 1 else 8
     paths = []
     for src, name in sources():
-        gen = emit.generate(helpers.write_problem(src, name))
-        out = helpers.GEN_ROOT / "out" / gen.problem
-        emit.write(gen, out, force=True)
-        paths.append(out / emit.MODEL_FILE)
+        paths.append(helpers.write_generated(emit.generate(helpers.write_problem(src, name))))
     t0 = time.time()
     with ThreadPoolExecutor(jobs) as ex:
         results = list(ex.map(build, paths))
