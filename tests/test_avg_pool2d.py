@@ -10,7 +10,8 @@ import torch.nn.functional as F
 from kgen.errors import KgenError
 from kgen.families import avg_pool2d
 from kgen.problem import load_problem
-from kgen.spec import match, pool_out_size
+from kgen.geometry import pool_out_size
+from kgen.spec import match
 from tests.helpers import avg_pool_problem, generate_module, poison_cuda_allocator, write_problem
 
 # (input shape, AvgPool2d kwargs, functional form)

@@ -1,17 +1,15 @@
-"""The template families, in matching order. Each family module exposes the same small interface:
+"""The registry of template families, in matching order (each satisfies kgen.family.Family)."""
 
-    NAME: str                                  family name (same in templates/, tests/, benchmarks)
-    TEMPLATES: dict[str, str]                  output file name -> template, rendered with context(spec)
-    MODEL_TEMPLATE: str                        template of model_new.py (extends common/model_new.py.j2)
-    Spec                                       frozen dataclass of concrete shapes and parameters
-    match(ops, problem) -> Spec | None         None: not this family; raises Unsupported on a partial match
-    context(spec) -> dict                      plain data for the kernel templates (derived tiling included)
-    module_context(spec, problem) -> dict      extra plain data for MODEL_TEMPLATE (parameters, init)
-    describe(spec) -> list[str]                how the kernels work, for the generated file's header
-"""
-
-from types import ModuleType
+from __future__ import annotations
 
 from kgen.families import avg_pool2d, conv2d_avgpool_act_reduce
+from kgen.family import Family, check_family
 
-FAMILIES: tuple[ModuleType, ...] = (avg_pool2d, conv2d_avgpool_act_reduce)
+FAMILIES: tuple[Family, ...] = tuple(check_family(m) for m in (avg_pool2d, conv2d_avgpool_act_reduce))
+
+
+def by_name(name: str) -> Family:
+    for f in FAMILIES:
+        if f.NAME == name:
+            return f
+    raise KeyError(f"no kgen family named {name!r} (families: {', '.join(f.NAME for f in FAMILIES)})")

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+
 from kgen.errors import Unsupported
 from kgen.problem import Problem
-from kgen.spec import Op, ceil_div, pool_out_size
+from kgen.geometry import ceil_div, pool_out_size
+from kgen.ops import Op
 
 NAME = "avg_pool2d"
 TEMPLATES = {"kernel.cu": "avg_pool2d/kernel.cu.j2", "binding.cpp": "avg_pool2d/binding.cpp.j2"}
@@ -68,8 +71,10 @@ def spec_from(op: Op) -> Spec:
 
 
 def match(ops: list[Op], problem: Problem) -> Spec | None:
-    if ops[0].kind != "avg_pool2d":
+    if ops[0].kind != "pool" or (ops[0].params["op"], ops[0].params["nd"]) != ("avg", 2):
         return None
+    if ops[0].dtype != torch.float32:
+        raise Unsupported(f"{ops[0].where}: the avg_pool2d family takes float32 input, got {ops[0].dtype}")
     if len(ops) > 1:
         raise Unsupported(f"{ops[1].where}: {ops[1].label} after avg_pool2d breaks the avg_pool2d family's pattern (a lone AvgPool2d)")
     return spec_from(ops[0])

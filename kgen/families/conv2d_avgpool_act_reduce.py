@@ -23,7 +23,8 @@ import torch
 
 from kgen.errors import Unsupported
 from kgen.problem import Problem
-from kgen.spec import Op, ceil_div, pool_out_size
+from kgen.geometry import ceil_div, conv_out_size, pool_out_size
+from kgen.ops import Op
 
 NAME = "conv2d_avgpool_act_reduce"
 TEMPLATES = {"kernel.cu": "conv2d_avgpool_act_reduce/kernel.cu.j2", "binding.cpp": "conv2d_avgpool_act_reduce/binding.cpp.j2"}
@@ -74,7 +75,9 @@ def match(ops: list[Op], problem: Problem) -> Spec | None:
         raise Unsupported(f"{conv.where}: nn.Conv2d with padding_mode={c['padding_mode']!r}: only 'zeros' is supported")
     if len(conv.in_shape) != 4:
         raise Unsupported(f"{conv.where}: Conv2d on a {len(conv.in_shape)}-d input; the {NAME} family takes NCHW input")
-    if len(ops) < 2 or ops[1].kind != "avg_pool2d":
+    if conv.dtype != torch.float32:
+        raise Unsupported(f"{conv.where}: the {NAME} family takes float32 input, got {conv.dtype}")
+    if len(ops) < 2 or ops[1].kind != "pool" or (ops[1].params["op"], ops[1].params["nd"]) != ("avg", 2):
         raise _breaks(ops[1], "AvgPool2d") if len(ops) > 1 else Unsupported(
             f"{conv.where}: a lone Conv2d is outside kgen's families ({NAME} needs Conv2d -> AvgPool2d -> activation -> sum/mean)")
     pool = ops[1]
@@ -129,8 +132,8 @@ def _r(a: int, b: int) -> int:
 def derive(spec: Spec) -> dict:
     """Tiling values the kernel template needs besides the problem constants."""
     s = spec
-    HO = (s.H + 2 * s.PH - s.DH * (s.KH - 1) - 1) // s.SH + 1
-    WO = (s.W + 2 * s.PW - s.DW * (s.KW - 1) - 1) // s.SW + 1
+    HO = conv_out_size(s.H, s.KH, s.SH, s.PH, s.DH)
+    WO = conv_out_size(s.W, s.KW, s.SW, s.PW, s.DW)
     if HO < s.PKH or WO < s.PKW:
         raise Unsupported(f"the pool window {s.PKH}x{s.PKW} is larger than the conv output {HO}x{WO}")
     PHO = (HO - s.PKH) // s.PSH + 1

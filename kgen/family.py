@@ -1,0 +1,46 @@
+"""The family interface: what every template family provides. The registry (``kgen.families.FAMILIES``) holds one
+object per family that satisfies it; the pipeline and every test tier iterate over the registry, so a new family
+costs its module, its templates and one test file of cases (docs/ADDING_A_FAMILY.md).
+
+A family is a Python module under ``kgen/families/`` (modules satisfy a Protocol structurally). Its name is the same
+everywhere: ``kgen/families/<NAME>.py``, ``templates/<NAME>/``, ``tests/test_<NAME>.py``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Protocol, runtime_checkable
+
+from kgen.ops import Op
+from kgen.problem import Problem
+
+
+@runtime_checkable
+class Family(Protocol):
+    NAME: str
+    TEMPLATES: Mapping[str, str]  # output file name -> template path ("kernel.cu", "binding.cpp")
+    MODEL_TEMPLATE: str  # template of model_new.py (extends common/model_new.py.j2)
+
+    def match(self, ops: list[Op], problem: Problem) -> Any | None:
+        """The family's frozen spec, None when the chain is not this family's kind at all, or Unsupported naming the
+        first op or argument that breaks its pattern."""
+
+    def context(self, spec: Any) -> dict[str, Any]:
+        """Plain data for the kernel templates: the spec's values and every derived number (tiling included)."""
+
+    def module_context(self, spec: Any, problem: Problem) -> dict[str, Any]:
+        """Extra plain data for MODEL_TEMPLATE (parameters, initialization)."""
+
+    def describe(self, spec: Any) -> list[str]:
+        """How the kernels work, for the generated file's header."""
+
+    def traffic(self, spec: Any, n: int) -> tuple[int, int]:
+        """Fewest bytes moved at batch n: (forward, forward+backward), for the benchmark's memory floor."""
+
+
+def check_family(module: Any) -> Any:
+    """The module if it satisfies Family, else TypeError naming what is missing."""
+    missing = [a for a in ("NAME", "TEMPLATES", "MODEL_TEMPLATE", "match", "context", "module_context", "describe",
+                           "traffic") if not hasattr(module, a)]
+    if missing or not isinstance(module, Family):
+        raise TypeError(f"family module {getattr(module, '__name__', module)!r} lacks {', '.join(missing)} (kgen/family.py)")
+    return module
