@@ -1,17 +1,33 @@
 // kgen fixed C++ glue helpers (pulled into each rendered binding by Jinja include).
-// Light headers only: torch/library.h and ATen/core, not torch/extension.h.
+// Light headers only: torch/library.h, ATen/core and the autograd Function header, not torch/extension.h.
+//
+// Autograd lives here, in C++, so a training step costs no Python beyond the module's forward call. The pattern
+// each family's binding follows (as torchvision's ops do):
+//   TORCH_LIBRARY(ns, m)                 defines "forward(...)" and "backward(...)"
+//   TORCH_LIBRARY_IMPL(ns, CUDA, m)      the kernels' launchers (also registered for CPU, to reject CPU tensors)
+//   struct XFunction : torch::autograd::Function<XFunction>
+//       forward():  at::AutoDispatchBelowADInplaceOrView guard; calls the "forward" op through the dispatcher
+//                   (kgen_glue::typed_op), saves what backward needs
+//       backward(): calls the "backward" op through the dispatcher (so torch.compile can trace it)
+//   TORCH_LIBRARY_IMPL(ns, Autograd, m)  "forward" -> XFunction::apply
+// Python registers only fake (meta) kernels, for torch.compile.
 #include <torch/library.h>
+#include <torch/csrc/autograd/custom_function.h>
 #include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime.h>
 
+#include <initializer_list>
 #include <string>
-#include <vector>
 
 namespace kgen_glue {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
 
 inline std::string shape_str(c10::IntArrayRef s) {
   std::string out = "[";
@@ -19,24 +35,47 @@ inline std::string shape_str(c10::IntArrayRef s) {
   return out + "]";
 }
 
-// Checks one float32 CUDA input against the specialization: expected[i] < 0 means "any size" (the batch).
-// Returns a contiguous tensor (non-contiguous and channels_last inputs are copied to NCHW-contiguous).
-inline at::Tensor check_input(const at::Tensor& t, const char* what, const std::vector<int64_t>& expected,
-                              const char* problem) {
+inline std::string want_str(std::initializer_list<int64_t> expected) {
   std::string want = "[";
-  for (size_t i = 0; i < expected.size(); ++i)
-    want += (i ? ", " : "") + (expected[i] < 0 ? std::string("N") : std::to_string(expected[i]));
-  want += "]";
-  TORCH_CHECK(t.defined(), "kgen ", problem, ": ", what, " is undefined; pass a float32 CUDA tensor of shape ", want);
+  size_t i = 0;
+  for (int64_t e : expected) want += (i++ ? ", " : "") + (e < 0 ? std::string("N") : std::to_string(e));
+  return want + "]";
+}
+
+// The operator `qualified` ("ns::name") of signature Sig, looked up once per call site.
+template <typename Sig>
+inline c10::TypedOperatorHandle<Sig> typed_op(const char* qualified) {
+  return c10::Dispatcher::singleton().findSchemaOrThrow(qualified, "").template typed<Sig>();
+}
+
+// Checks one CUDA input against the specialization: expected[i] < 0 means "any size" (the batch). Returns a
+// contiguous tensor (non-contiguous and channels_last inputs are copied to contiguous). Messages are built only on
+// failure, so the check costs nanoseconds per call.
+inline at::Tensor check_input(const at::Tensor& t, const char* what, std::initializer_list<int64_t> expected,
+                              at::ScalarType dtype, const char* problem) {
+  TORCH_CHECK(t.defined(), "kgen ", problem, ": ", what, " is undefined; pass a ", c10::toString(dtype),
+              " CUDA tensor of shape ", want_str(expected));
   TORCH_CHECK(t.is_cuda(), "kgen ", problem, ": ", what, " must be a CUDA tensor, got device ", t.device().str(),
               "; move it with .cuda()");
-  TORCH_CHECK(t.scalar_type() == at::kFloat, "kgen ", problem, ": ", what, " must be float32, got ",
-              c10::toString(t.scalar_type()), "; convert with .float()");
+  TORCH_CHECK(t.scalar_type() == dtype, "kgen ", problem, ": ", what, " must be ", c10::toString(dtype), ", got ",
+              c10::toString(t.scalar_type()), "; convert it with .to(", c10::toString(dtype),
+              ") or regenerate from a problem file with this dtype");
   bool ok = t.dim() == static_cast<int64_t>(expected.size());
-  for (size_t i = 0; ok && i < expected.size(); ++i) ok = expected[i] < 0 || t.size(i) == expected[i];
-  TORCH_CHECK(ok, "kgen ", problem, ": ", what, " has shape ", shape_str(t.sizes()), " but this module was generated for ",
-              want, " (N: any batch size); regenerate with `kgen generate` for a problem file with this shape");
-  return t.contiguous();
+  int64_t i = 0;
+  for (int64_t e : expected) {
+    if (!ok) break;
+    ok = e < 0 || t.size(i) == e;
+    ++i;
+  }
+  TORCH_CHECK(ok, "kgen ", problem, ": ", what, " has shape ", shape_str(t.sizes()),
+              " but this module was generated for ", want_str(expected),
+              " (N: any batch size); regenerate with `kgen generate` for a problem file with this shape");
+  return t.is_contiguous() ? t : t.contiguous();
+}
+
+inline at::Tensor check_input(const at::Tensor& t, const char* what, std::initializer_list<int64_t> expected,
+                              const char* problem) {
+  return check_input(t, what, expected, at::kFloat, problem);
 }
 
 inline void check_launch(cudaError_t err, const char* kernel, const char* problem) {
