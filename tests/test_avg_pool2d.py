@@ -174,3 +174,21 @@ def test_output_over_2_31_elements():
         ys.backward(g[b:b + 1])
         torch.testing.assert_close(x.grad[b:b + 1], xs.grad, atol=1e-4, rtol=1e-4)
         del xs, ys
+
+
+# ----------------------------------------------------------------------------------------- contract (tests/families.py)
+
+CASES = [(ids(c), avg_pool_problem(*c)) for c in CONFIGS]
+HARDENING = avg_pool_problem((3, 4, 21, 24), dict(kernel_size=3, stride=2, padding=1))
+
+
+def random_problem(rng):
+    kh, kw = rng.randint(1, 7), rng.randint(1, 7)
+    sh, sw = rng.randint(1, 4), rng.randint(1, 4)
+    ph, pw = rng.randint(0, kh // 2), rng.randint(0, kw // 2)
+    h, w = rng.randint(kh, 70), rng.randint(kw, 300)
+    args = dict(kernel_size=(kh, kw), stride=(sh, sw), padding=(ph, pw), ceil_mode=rng.random() < 0.4,
+                count_include_pad=rng.random() < 0.5)
+    if rng.random() < 0.2:
+        args["divisor_override"] = rng.randint(1, 9)
+    return avg_pool_problem((rng.randint(1, 3), rng.randint(1, 5), h, w), args, functional=rng.random() < 0.3)

@@ -186,3 +186,28 @@ def test_bundled_problem_full_size():
     torch.testing.assert_close(new.conv.weight.grad, model.conv.weight.grad, atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(new.conv.bias.grad, model.conv.bias.grad, atol=1e-4, rtol=1e-4)
     assert torch.equal(new(x), out)
+
+
+# ----------------------------------------------------------------------------------------- contract (tests/families.py)
+
+CASES = [(ids(c), source(c)) for c in CONFIGS]
+HARDENING = conv_problem((2, 3, 18, 20), dict(in_channels=3, out_channels=8, kernel_size=3), dict(kernel_size=2))
+ACTIVATIONS = ["sigmoid", "tanh", "relu", "gelu", "gelu_tanh", "none"]
+
+
+def random_problem(rng):
+    while True:
+        k = (rng.choice([1, 2, 3, 5, 7]), rng.choice([1, 3, 4, 5]))
+        s, d = rng.choice([1, 1, 2, 3]), rng.choice([1, 1, 2])
+        p = (rng.randint(0, k[0] // 2 + 1), rng.randint(0, k[1] // 2 + 1))
+        pk = (rng.randint(1, 5), rng.randint(1, 5))
+        ps = (rng.randint(1, pk[0] + 1), rng.randint(1, pk[1] + 1))
+        ci, co = rng.choice([1, 3, 4, 8, 16, 33]), rng.choice([1, 5, 16, 64, 80, 130])
+        h, w = rng.randint(12, 90), rng.randint(12, 130)
+        ho = (h + 2 * p[0] - d * (k[0] - 1) - 1) // s + 1
+        wo = (w + 2 * p[1] - d * (k[1] - 1) - 1) // s + 1
+        if ho >= pk[0] and wo >= pk[1]:
+            break
+    conv = dict(in_channels=ci, out_channels=co, kernel_size=k, stride=s, padding=p, dilation=d, bias=rng.random() < 0.8)
+    return conv_problem((rng.randint(1, 3), ci, h, w), conv, dict(kernel_size=pk, stride=ps), rng.choice(ACTIVATIONS),
+                        rng.choice(["sum", "mean"]))
