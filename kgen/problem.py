@@ -38,7 +38,8 @@ class Problem:
     init_signature: list[tuple[str, Any]] = field(default_factory=list)  # (name, default or EMPTY)
 
     def module_code_without_model(self) -> str:
-        """The problem file's module-level code minus ``class Model`` (keeps get_inputs and its globals)."""
+        """The problem file's module-level code minus ``class Model`` (keeps get_inputs and its globals), and minus
+        torch imports nothing else uses (``import torch.nn.functional as F`` would trip KernelBench's checker)."""
         tree = ast.parse(self.source)
         lines = self.source.splitlines(keepends=True)
         drop: list[tuple[int, int]] = []
@@ -46,6 +47,15 @@ class Problem:
             if isinstance(node, ast.ClassDef) and node.name == "Model":
                 start = min([node.lineno] + [d.lineno for d in node.decorator_list])
                 drop.append((start, node.end_lineno))
+        kept_nodes = [n for n in tree.body if not any(a <= n.lineno <= b for a, b in drop)]
+        used = {n.id for k in kept_nodes if not isinstance(k, (ast.Import, ast.ImportFrom))
+                for n in ast.walk(k) if isinstance(n, ast.Name)}
+        for node in kept_nodes:
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                module = node.module if isinstance(node, ast.ImportFrom) else node.names[0].name
+                bound = [(a.asname or a.name).split(".")[0] for a in node.names]
+                if (module or "").startswith("torch.") and not any(b in used for b in bound):
+                    drop.append((node.lineno, node.end_lineno))
         kept = [ln for i, ln in enumerate(lines, 1) if not any(a <= i <= b for a, b in drop)]
         text = "".join(kept)
         while "\n\n\n\n" in text:

@@ -1,5 +1,7 @@
-"""GPU-free compile checks: every rendered kernel builds with nvcc for sm_90 with no register spills or stack
-frame, and every rendered C++ binding parses against torch's headers (light glue: no torch/extension.h)."""
+"""GPU-free compile checks over every registered family: every rendered kernel (each family's CASES and the bundled
+problems) builds with nvcc for sm_80, sm_86, sm_89 and sm_90 with no register spills or stack frame (the sm_90
+Hopper path, KGEN_SM90=1, too, where a kernel has one), and rendered C++ bindings parse against torch's headers
+(light glue: no torch/extension.h)."""
 
 import os
 import re
@@ -11,42 +13,51 @@ from pathlib import Path
 import pytest
 
 from kgen import emit
-from tests.helpers import REPO, avg_pool_problem, write_problem
+from tests.families import all_cases
+from tests.helpers import REPO, write_problem
 
 NVCC = shutil.which("nvcc")
 CXX = shutil.which("g++")
 CUDA_INCLUDE = next((d / "include" for d in [Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")), Path("/usr/local/cuda"),
                                              Path(NVCC or "/").resolve().parent.parent]
                      if (d / "include" / "cuda_runtime.h").exists()), None)
+ARCHS = ("80", "86", "89", "90")
 
 
 def rendered():
     out = [(p.stem, emit.generate(p)) for p in sorted((REPO / "kgen" / "problems").glob("[!_]*.py"))]
-    out.append(("avg_pool_ceil_pad", emit.generate(write_problem(avg_pool_problem(
-        (2, 3, 37, 41), dict(kernel_size=3, stride=2, padding=1, ceil_mode=True, count_include_pad=False))))))
-    out.append(("avg_pool_overlap_wide", emit.generate(write_problem(avg_pool_problem(
-        (1, 2, 12, 5000), dict(kernel_size=5, stride=1, padding=2))))))
+    out += [(f"{fam}-{cid}", emit.generate(write_problem(src))) for fam, cid, src in all_cases()]
     return out
 
 
 CASES = rendered()
 
 
+def ptxas_report(tmp_path: Path, source: str, archs: tuple[str, ...], sm90_path: int) -> str:
+    src = tmp_path / f"kernel_{sm90_path}.cu"
+    src.write_text(source)
+    gencode = [f"-gencode=arch=compute_{a},code=sm_{a}" for a in archs]
+    r = subprocess.run([NVCC, *gencode, f"-DKGEN_SM90={sm90_path}", "-O3", "-std=c++17", "-c", "-Xptxas", "-v",
+                        str(src), "-o", str(tmp_path / "k.o")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-4000:]
+    return r.stderr
+
+
 @pytest.mark.skipif(NVCC is None, reason="nvcc not on PATH")
 @pytest.mark.parametrize("label,gen", CASES, ids=[c[0] for c in CASES])
-def test_kernel_compiles_for_sm90_without_spills(tmp_path, label, gen):
-    src = tmp_path / "kernel.cu"
-    src.write_text(gen.files["kernel.cu"])
-    r = subprocess.run([NVCC, "-arch=sm_90", "-O3", "-std=c++17", "-c", "-Xptxas", "-v", str(src), "-o", str(tmp_path / "k.o")],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr[-4000:]
-    report = r.stderr
-    kernels = re.findall(r"Compiling entry function '(\w+)'", report)
-    assert any(gen.name in k for k in kernels), report[-2000:]
-    spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
-    stacks = re.findall(r"(\d+) bytes stack frame", report)
-    assert spills and all(s == ("0", "0") for s in spills), report
-    assert all(s == "0" for s in stacks), report
+def test_kernel_compiles_for_every_arch_without_spills(tmp_path, label, gen):
+    source = gen.files["kernel.cu"]
+    builds = [(ARCHS, 0)] + ([(("90",), 1)] if "KGEN_SM90" in source else [])
+    for archs, sm90_path in builds:
+        report = ptxas_report(tmp_path, source, archs, sm90_path)
+        for arch in archs:
+            assert f"for 'sm_{arch}'" in report, f"no ptxas report for sm_{arch}:\n{report[-2000:]}"
+        kernels = re.findall(r"Compiling entry function '(\w+)'", report)
+        assert any(gen.name in k for k in kernels), report[-2000:]
+        spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
+        stacks = re.findall(r"(\d+) bytes stack frame", report)
+        assert spills and all(s == ("0", "0") for s in spills), f"KGEN_SM90={sm90_path}:\n{report}"
+        assert all(s == "0" for s in stacks), f"KGEN_SM90={sm90_path}:\n{report}"
 
 
 def torch_include_flags(stub: Path) -> list[str]:
@@ -59,8 +70,17 @@ def torch_include_flags(stub: Path) -> list[str]:
     return flags + [f"-I{CUDA_INCLUDE}"]
 
 
+def one_per_family():
+    seen, out = set(), []
+    for label, gen in CASES:
+        if gen.family not in seen:
+            seen.add(gen.family)
+            out.append((label, gen))
+    return out
+
+
 @pytest.mark.skipif(CXX is None or CUDA_INCLUDE is None, reason="g++ and the CUDA headers are needed")
-@pytest.mark.parametrize("label,gen", CASES[:2], ids=[c[0] for c in CASES[:2]])
+@pytest.mark.parametrize("label,gen", one_per_family(), ids=[c[0] for c in one_per_family()])
 def test_binding_parses_against_torch_headers(tmp_path, label, gen):
     src = tmp_path / "binding.cpp"
     src.write_text(gen.files["binding.cpp"])

@@ -11,20 +11,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from kgen.families import FAMILIES
-from tests.helpers import avg_pool_problem, conv_problem, reference_and_new
+from tests.families import all_families
+from tests.helpers import reference_and_new
 
-# One small problem per family; every family must have one (test_every_family_is_covered).
-FAMILY_PROBLEMS = {
-    "avg_pool2d": avg_pool_problem((3, 4, 21, 24), dict(kernel_size=3, stride=2, padding=1)),
-    "conv2d_avgpool_act_reduce": conv_problem((2, 3, 18, 20), dict(in_channels=3, out_channels=8, kernel_size=3),
-                                              dict(kernel_size=2)),
-}
+# One small float32 problem per registered family (each family's tests/test_<name>.py exports HARDENING).
+FAMILY_PROBLEMS = {fc.name: fc.hardening for fc in all_families()}
 FAMS = sorted(FAMILY_PROBLEMS)
-
-
-def test_every_family_is_covered():
-    assert set(FAMILY_PROBLEMS) == {f.NAME for f in FAMILIES}
 
 
 def setup(family, seed=0):
@@ -150,8 +142,7 @@ def fresh_module(tmp_path: Path, source_edit=None) -> Path:
     from kgen import emit
     from tests.helpers import write_problem
 
-    src = avg_pool_problem((2, 3, 20, 24), dict(kernel_size=3, stride=1, padding=1))
-    gen = emit.generate(write_problem(src))
+    gen = emit.generate(write_problem(FAMILY_PROBLEMS[FAMS[0]]))
     text = gen.files["model_new.py"]
     if source_edit is not None:
         text = source_edit(text)
@@ -214,7 +205,7 @@ def test_build_failure_shows_compiler_errors_and_source_path(tmp_path):
     p = spawn(path, tmp_path / "cache")
     out, err = p.communicate(timeout=300)
     assert p.returncode != 0
-    assert "Error building extension 'kgen_avg_pool2d_" in err and "cuda.cu" in err and "this is not C++" in err, err[-3000:]
+    assert "Error building extension 'kgen_" in err and "cuda.cu" in err and "this is not C++" in err, err[-3000:]
 
 
 @pytest.mark.gpu

@@ -53,7 +53,7 @@ inline c10::TypedOperatorHandle<Sig> typed_op(const char* qualified) {
 // failure, so the check costs nanoseconds per call.
 inline at::Tensor check_input(const at::Tensor& t, const char* what, std::initializer_list<int64_t> expected,
                               at::ScalarType dtype, const char* problem) {
-  TORCH_CHECK(t.defined(), "kgen ", problem, ": ", what, " is undefined; pass a ", c10::toString(dtype),
+  TORCH_CHECK(t.defined(), "kgen ", problem, ": ", what, " is undefined; give a ", c10::toString(dtype),
               " CUDA tensor of shape ", want_str(expected));
   TORCH_CHECK(t.is_cuda(), "kgen ", problem, ": ", what, " must be a CUDA tensor, got device ", t.device().str(),
               "; move it with .cuda()");

@@ -14,16 +14,13 @@ from tests import helpers  # noqa: E402
 
 
 def sources():
-    import tests.test_avg_pool2d as ap
+    """Every registered family's CASES and HARDENING problem, and the bundled problems."""
+    from tests.families import all_families
 
-    out = [(helpers.avg_pool_problem(s, kw, f), None) for s, kw, f in ap.CONFIGS]
-    out.append((open("kgen/problems/avg_pool2d.py").read(), "avg_pool2d"))
-    try:
-        import tests.test_conv2d_avgpool_act_reduce as cv
-        out += [(src, None) for src in cv.problem_sources()]
-        out.append((open("kgen/problems/conv2d_avgpool_sigmoid_sum.py").read(), "conv2d_avgpool_sigmoid_sum"))
-    except ImportError as exc:
-        print("prebuild: no conv family tests:", exc)
+    out = []
+    for fc in all_families():
+        out += [(src, None) for _, src in fc.cases] + [(fc.hardening, None)]
+    out += [(p.read_text(), p.stem) for p in sorted(Path("kgen/problems").glob("[!_]*.py"))]
     return out
 
 
