@@ -1,0 +1,74 @@
+"""Per-call cost table (GPU): every registered family's CASES at their small test shapes, eager against kgen,
+forward and forward+backward, timed one call per sample (how KernelBench times) and back to back.
+Usage: python tests/device/per_call.py [--family NAME] [--csv FILE]. Prints one row per case and the bar check
+(kgen <= eager) per column."""
+
+import argparse
+import csv
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from kgen.bench import cuda_time_ms, first, per_call_ms  # noqa: E402
+from tests.families import all_families  # noqa: E402
+from tests.helpers import reference_and_new  # noqa: E402
+
+
+def time_case(source: str) -> dict:
+    torch.backends.cudnn.allow_tf32 = False
+    model, new, ns, user = reference_and_new(source)
+    with torch.device("cuda"):
+        x = user["get_inputs"]()[0]
+    xg = x.detach().clone().requires_grad_(True)
+    out = {}
+    for label, m in (("eager", model), ("kgen", new)):
+        def fwd(m=m):
+            with torch.no_grad():
+                m(x)
+
+        def step(m=m):
+            m.zero_grad(set_to_none=True)
+            xg.grad = None
+            first(m(xg)).sum().backward()
+
+        out[label] = (per_call_ms(fwd, 10, 100), per_call_ms(step, 10, 100), cuda_time_ms(fwd, 10, 20),
+                      cuda_time_ms(step, 10, 20))
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--family", default=None)
+    ap.add_argument("--csv", default=None)
+    a = ap.parse_args()
+    cols = ("fwd/call", "step/call", "fwd b2b", "step b2b")
+    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}; ms, eager / kgen (ratio eager/kgen)")
+    print(f"{'case':<58}" + "".join(f"{c:>24}" for c in cols))
+    worse = [0] * 4
+    rows = []
+    for fc in all_families():
+        if a.family not in (None, fc.name):
+            continue
+        for cid, src in fc.cases:
+            t = time_case(src)
+            cells = []
+            for i in range(4):
+                e, k = t["eager"][i], t["kgen"][i]
+                worse[i] += k > e
+                cells.append(f"{e:8.4f}/{k:8.4f} ({e / k:4.2f})")
+            print(f"{(fc.name + ':' + cid)[:57]:<58}" + "".join(f"{c:>24}" for c in cells), flush=True)
+            rows.append([fc.name, cid, *t["eager"], *t["kgen"]])
+    print("cases where kgen is slower than eager: " + ", ".join(f"{c} {w}" for c, w in zip(cols, worse)))
+    if a.csv:
+        with open(a.csv, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["family", "case", *(f"eager_{c}" for c in cols), *(f"kgen_{c}" for c in cols)])
+            w.writerows(rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
