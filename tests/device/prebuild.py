@@ -1,5 +1,5 @@
 """Generate every GPU-test problem and build their extensions in parallel (one process each), so the GPU tests
-then load from the cache. Also exercises concurrent builds. Usage: python tests/device/prebuild.py [JOBS]"""
+then load from the cache. Also exercises concurrent builds. Usage: python tests/device/prebuild.py [JOBS] [FAMILY]"""
 
 import subprocess
 import sys
@@ -13,14 +13,16 @@ from kgen import emit  # noqa: E402
 from tests import helpers  # noqa: E402
 
 
-def sources():
-    """Every registered family's CASES and HARDENING problem, and the bundled problems."""
+def sources(family: str | None = None):
+    """Every registered family's CASES and HARDENING problem, and the bundled problems (or one family's)."""
     from tests.families import all_families
 
     out = []
     for fc in all_families():
-        out += [(src, None) for _, src in fc.cases] + [(fc.hardening, None)]
-    out += [(p.read_text(), p.stem) for p in sorted(Path("kgen/problems").glob("[!_]*.py"))]
+        if family in (None, fc.name):
+            out += [(src, None) for _, src in fc.cases] + [(fc.hardening, None)]
+    if family is None:
+        out += [(p.read_text(), p.stem) for p in sorted(Path("kgen/problems").glob("[!_]*.py"))]
     return out
 
 
@@ -33,8 +35,9 @@ def build(path: Path) -> tuple[str, float, int, str]:
 
 def main() -> int:
     jobs = int(sys.argv[1]) if len(sys.argv) > 1 else 8
+    family = sys.argv[2] if len(sys.argv) > 2 else None
     paths = []
-    for src, name in sources():
+    for src, name in sources(family):
         paths.append(helpers.write_generated(emit.generate(helpers.write_problem(src, name))))
     t0 = time.time()
     with ThreadPoolExecutor(jobs) as ex:
