@@ -60,7 +60,7 @@ def test_cpu_input_names_the_device(family):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("family", FAMS)
-@pytest.mark.parametrize("dtype,name", [(torch.float64, "Double"), (torch.float16, "Half"), (torch.int32, "Int")])
+@pytest.mark.parametrize("dtype,name", [(torch.float64, "float64"), (torch.float16, "float16"), (torch.int32, "int32")])
 def test_wrong_dtype_names_expected_and_received(family, dtype, name):
     model, new, shape = setup(family)
     x = (torch.rand(shape, device="cuda") * 10).to(dtype)

@@ -2,6 +2,8 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include <atomic>
+
 namespace kgen {
 
 // Floor division for possibly negative numerators (C++ '/' truncates toward zero).
@@ -47,14 +49,35 @@ inline unsigned int grid_for(int64_t tiles) {
 }
 
 // Blocks of `kernel` that fit on the current device at once (multiprocessors x blocks per multiprocessor), for
-// persistent grids; <= 0 if the query fails.
+// persistent grids; <= 0 if the query fails. The occupancy query costs microseconds, so each launch site keeps
+// the answer per device in its own `cache` (a static array of the launcher: zero means not asked yet).
+constexpr int kMaxDevices = 64;
 template <typename Kernel>
-inline int64_t resident_blocks(Kernel kernel, int threads, size_t smem = 0) {
+inline int64_t resident_blocks(Kernel kernel, int threads, size_t smem, std::atomic<int64_t> (&cache)[kMaxDevices]) {
   int dev = 0, sms = 0, per_sm = 0;
   if (cudaGetDevice(&dev) != cudaSuccess) return -1;
+  if (dev >= 0 && dev < kMaxDevices) {
+    const int64_t known = cache[dev].load(std::memory_order_relaxed);
+    if (known > 0) return known;
+  }
   if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) return -1;
   if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem) != cudaSuccess) return -1;
-  return static_cast<int64_t>(sms) * per_sm;
+  const int64_t blocks = static_cast<int64_t>(sms) * per_sm;
+  if (dev >= 0 && dev < kMaxDevices) cache[dev].store(blocks, std::memory_order_relaxed);
+  return blocks;
+}
+
+// Multiprocessors of the current device, cached per device the same way.
+inline int sm_count(std::atomic<int64_t> (&cache)[kMaxDevices]) {
+  int dev = 0, sms = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return -1;
+  if (dev >= 0 && dev < kMaxDevices) {
+    const int64_t known = cache[dev].load(std::memory_order_relaxed);
+    if (known > 0) return static_cast<int>(known);
+  }
+  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) return -1;
+  if (dev >= 0 && dev < kMaxDevices) cache[dev].store(sms, std::memory_order_relaxed);
+  return sms;
 }
 
 }  // namespace kgen

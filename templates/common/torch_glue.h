@@ -42,6 +42,19 @@ inline std::string want_str(std::initializer_list<int64_t> expected) {
   return want + "]";
 }
 
+// PyTorch's name of a dtype ("float32", "float16", "bfloat16", ...), as users write it.
+inline const char* dtype_name(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return "float32";
+    case at::kHalf: return "float16";
+    case at::kBFloat16: return "bfloat16";
+    case at::kDouble: return "float64";
+    case at::kInt: return "int32";
+    case at::kLong: return "int64";
+    default: return c10::toString(t);
+  }
+}
+
 // The operator `qualified` ("ns::name") of signature Sig, looked up once per call site.
 template <typename Sig>
 inline c10::TypedOperatorHandle<Sig> typed_op(const char* qualified) {
@@ -53,12 +66,12 @@ inline c10::TypedOperatorHandle<Sig> typed_op(const char* qualified) {
 // failure, so the check costs nanoseconds per call.
 inline at::Tensor check_input(const at::Tensor& t, const char* what, std::initializer_list<int64_t> expected,
                               at::ScalarType dtype, const char* problem) {
-  TORCH_CHECK(t.defined(), "kgen ", problem, ": ", what, " is undefined; give a ", c10::toString(dtype),
+  TORCH_CHECK(t.defined(), "kgen ", problem, ": ", what, " is undefined; give a ", dtype_name(dtype),
               " CUDA tensor of shape ", want_str(expected));
   TORCH_CHECK(t.is_cuda(), "kgen ", problem, ": ", what, " must be a CUDA tensor, got device ", t.device().str(),
               "; move it with .cuda()");
-  TORCH_CHECK(t.scalar_type() == dtype, "kgen ", problem, ": ", what, " must be ", c10::toString(dtype), ", got ",
-              c10::toString(t.scalar_type()), "; convert it with .to(", c10::toString(dtype),
+  TORCH_CHECK(t.scalar_type() == dtype, "kgen ", problem, ": ", what, " must be ", dtype_name(dtype), ", got ",
+              dtype_name(t.scalar_type()), "; convert it with .to(torch.", dtype_name(dtype),
               ") or regenerate from a problem file with this dtype");
   bool ok = t.dim() == static_cast<int64_t>(expected.size());
   int64_t i = 0;
