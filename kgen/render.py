@@ -15,7 +15,15 @@ import jinja2
 
 from kgen.errors import KgenError
 
-TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "templates"
+
+def _template_dir() -> Path:
+    """kgen/templates/ in an installed wheel (the repository's templates/ shipped as package data), else the
+    checkout's top-level templates/ (a source tree or an editable install)."""
+    packaged = Path(__file__).resolve().parent / "templates"
+    return packaged if packaged.is_dir() else Path(__file__).resolve().parent.parent / "templates"
+
+
+TEMPLATE_DIR = _template_dir()
 
 
 class TemplateError(KgenError):
@@ -25,7 +33,7 @@ class TemplateError(KgenError):
 @functools.lru_cache(maxsize=1)
 def environment() -> jinja2.Environment:
     if not TEMPLATE_DIR.is_dir():
-        raise KgenError(f"kgen's templates are missing ({TEMPLATE_DIR}); reinstall kgen with `pip install -e .` from its checkout")
+        raise KgenError(f"kgen's templates are missing ({TEMPLATE_DIR}); reinstall kgen (`pip install .` or `pip install -e .` from its checkout)")
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(TEMPLATE_DIR)),
         undefined=jinja2.StrictUndefined,
