@@ -20,6 +20,7 @@ a missing or mismatching manifest (an interrupted build, a truncated file) means
 
 import fcntl
 import hashlib
+import importlib.util
 import os
 import re
 import sys
@@ -48,7 +49,7 @@ def kgen_cache_dir():
 
 
 def kgen_loaded():
-    """Process-wide record {library namespace: extension name}; survives exec'ing model_new.py twice."""
+    """Process-wide record {library namespace: extension module}; survives exec'ing model_new.py twice."""
     mod = sys.modules.get("kgen_runtime_state")
     if mod is None:
         mod = types.ModuleType("kgen_runtime_state")
@@ -234,13 +235,23 @@ def kgen_compile(ext_name, build_dir, cuda_source, cpp_source, archs):
     cpp_ext.load_inline(
         name=ext_name, cpp_sources=[cpp_source], cuda_sources=[cuda_source],
         extra_cflags=cxx_flags, extra_cuda_cflags=nvcc_flags,
-        build_directory=build_dir, is_python_module=False, verbose=False, **kwargs)
+        build_directory=build_dir, is_python_module=True, verbose=False, **kwargs)
+
+
+def kgen_import(ext_name, so_path):
+    """Import the built extension as a Python module (its TORCH_LIBRARY ops register as it loads); its pybind
+    functions are the fast path from Python, torch.ops.<namespace> the dispatcher path."""
+    spec = importlib.util.spec_from_file_location(ext_name, so_path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def kgen_load_extension(namespace, cuda_source, cpp_source):
     """Make the ops of TORCH_LIBRARY(namespace) available under torch.ops.<namespace>; build once, then cache.
 
-    Returns the extension's content-hash name. The first build prints one line on stderr; a cache hit prints nothing.
+    Returns the extension module (its pybind functions are the fast path). The first build prints one line on
+    stderr; a cache hit prints nothing.
     """
     import torch
 
@@ -274,6 +285,6 @@ def kgen_load_extension(namespace, cuda_source, cpp_source):
                     key, kgen_file_sha256(so_path), namespace, torch.__version__, torch.version.cuda, ";".join(archs),
                     kgen_arch_env() or "-", kgen_sm90_path(archs)))
             os.replace(tmp, manifest_path)
-        torch.ops.load_library(so_path)
-    state.loaded[namespace] = ext_name
-    return ext_name
+        module = kgen_import(ext_name, so_path)
+    state.loaded[namespace] = module
+    return module

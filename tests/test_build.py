@@ -125,14 +125,18 @@ def test_make_dir_under_a_file_is_one_clear_error(tmp_path):
 
 @pytest.fixture
 def fake_gpu(monkeypatch, no_arch_env, tmp_path):
-    """kgen_load_extension on a pretend GPU: the compiler writes a fake .so, the loader records its path."""
+    """kgen_load_extension on a pretend GPU: the compiler writes a fake .so, the importer records its path."""
     gpu = types.SimpleNamespace(capability=(9, 0), name="NVIDIA H100", compiled=[], loaded=[])
     monkeypatch.setitem(sys.modules, "kgen_runtime_state", types.SimpleNamespace(loaded={}, registered=set()))
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: gpu.capability)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: gpu.name)
     monkeypatch.setattr(torch.cuda, "get_arch_list", lambda: ["sm_80", "sm_90"])
-    monkeypatch.setattr(torch.ops, "load_library", gpu.loaded.append)
+    def import_(ext_name, so_path):
+        gpu.loaded.append(so_path)
+        return types.SimpleNamespace(__name__=ext_name)
+
+    monkeypatch.setattr(build, "kgen_import", import_)
 
     def compile_(ext_name, build_dir, cuda_source, cpp_source, archs):
         gpu.compiled.append((ext_name, archs))
@@ -149,30 +153,30 @@ def forget_loaded():
 
 
 def test_first_build_prints_one_line_and_a_hit_prints_nothing(fake_gpu, capsys, tmp_path):
-    name = build.kgen_load_extension("kgen_fam_00000000", "cu", "cpp")
+    name = build.kgen_load_extension("kgen_fam_00000000", "cu", "cpp").__name__
     assert name.startswith("kgen_fam_") and fake_gpu.compiled == [(name, ["9.0"])]
     assert capsys.readouterr().err == f"kgen: building {name} for sm_90 (first use; cached under {tmp_path / 'cache'})\n"
     manifest = (tmp_path / "cache" / name / "kgen_manifest.txt").read_text()
     assert "\narch 9.0\n" in manifest and "\nsm90 1\n" in manifest and "\narch_env -\n" in manifest
-    assert build.kgen_load_extension("kgen_fam_00000000", "cu", "cpp") == name  # same process: nothing to do
+    assert build.kgen_load_extension("kgen_fam_00000000", "cu", "cpp").__name__ == name  # same process: nothing to do
     forget_loaded()  # a new process: loads from the cache
-    assert build.kgen_load_extension("kgen_fam_00000000", "cu", "cpp") == name
+    assert build.kgen_load_extension("kgen_fam_00000000", "cu", "cpp").__name__ == name
     assert len(fake_gpu.compiled) == 1 and len(fake_gpu.loaded) == 2
     assert capsys.readouterr().err == ""
 
 
 def test_arch_list_and_force_sm80_give_their_own_builds(fake_gpu, monkeypatch, capsys, tmp_path):
-    names = {build.kgen_load_extension("kgen_fam_00000000", "cu", "cpp")}
+    names = {build.kgen_load_extension("kgen_fam_00000000", "cu", "cpp").__name__}
     forget_loaded()
     monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "8.0+PTX")  # the sm_80 path, JIT-compiled on the H100
-    names.add(build.kgen_load_extension("kgen_fam_00000000", "cu", "cpp"))
+    names.add(build.kgen_load_extension("kgen_fam_00000000", "cu", "cpp").__name__)
     assert "for sm_80+PTX" in capsys.readouterr().err
     manifest = (tmp_path / "cache" / sorted(names - {fake_gpu.compiled[0][0]})[0] / "kgen_manifest.txt").read_text()
     assert "\narch 8.0+PTX\n" in manifest and "\nsm90 0\n" in manifest and "\narch_env 8.0+PTX\n" in manifest
     forget_loaded()
     monkeypatch.delenv("TORCH_CUDA_ARCH_LIST")
     monkeypatch.setenv("KGEN_FORCE_SM80", "1")
-    names.add(build.kgen_load_extension("kgen_fam_00000000", "cu", "cpp"))
+    names.add(build.kgen_load_extension("kgen_fam_00000000", "cu", "cpp").__name__)
     assert len(names) == 3 and len(fake_gpu.compiled) == 3
 
 

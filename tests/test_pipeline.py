@@ -132,7 +132,7 @@ def test_cache_commands(tmp_path, monkeypatch):
     (tmp_path / "kgen_avg_pool2d_12345678" / "x.so").write_bytes(b"0" * 1000)
     out = runner.invoke(app, ["cache", "list"]).output
     assert "kgen_avg_pool2d_12345678" in out and "incomplete" in out
-    assert "removed 1" in runner.invoke(app, ["cache", "clear"]).output
+    assert "removed 1" in runner.invoke(app, ["cache", "clear", "--yes"]).output
     assert not any(tmp_path.iterdir())
 
 

@@ -1,5 +1,6 @@
 // kgen fixed C++ glue helpers (pulled into each rendered binding by Jinja include).
-// Light headers only: torch/library.h, ATen/core and the autograd Function header, not torch/extension.h.
+// Light headers only: torch/library.h, ATen/core, the autograd Function header and torch's pybind casters, not
+// torch/extension.h.
 //
 // Autograd lives here, in C++, so a training step costs no Python beyond the module's forward call. The pattern
 // each family's binding follows (as torchvision's ops do):
@@ -10,9 +11,12 @@
 //                   (kgen_glue::typed_op), saves what backward needs
 //       backward(): calls the "backward" op through the dispatcher (so torch.compile can trace it)
 //   TORCH_LIBRARY_IMPL(ns, Autograd, m)  "forward" -> XFunction::apply
+//   PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)  m.def("forward", ...) -> the same XFunction::apply: Python's fast
+//                                        path (no dispatcher argument boxing); torch.compile traces the op instead
 // Python registers only fake (meta) kernels, for torch.compile.
 #include <torch/library.h>
 #include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/utils/pybind.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/empty.h>
