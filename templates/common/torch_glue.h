@@ -11,8 +11,10 @@
 //                   (kgen_glue::typed_op), saves what backward needs
 //       backward(): calls the "backward" op through the dispatcher (so torch.compile can trace it)
 //   TORCH_LIBRARY_IMPL(ns, Autograd, m)  "forward" -> XFunction::apply
-//   PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)  m.def("forward", ...) -> the same XFunction::apply: Python's fast
-//                                        path (no dispatcher argument boxing); torch.compile traces the op instead
+//   PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)  m.def("forward", ...): Python's fast path (no dispatcher argument
+//                                        boxing): XFunction::apply when a gradient is needed
+//                                        (kgen_glue::needs_grad), else the CUDA implementation directly;
+//                                        torch.compile traces the op instead
 // Python registers only fake (meta) kernels, for torch.compile.
 #include <torch/library.h>
 #include <torch/csrc/autograd/custom_function.h>
@@ -57,6 +59,14 @@ inline const char* dtype_name(at::ScalarType t) {
     case at::kLong: return "int64";
     default: return c10::toString(t);
   }
+}
+
+// Does autograd have to record this call? (grad mode on and some input requires grad)
+inline bool needs_grad(std::initializer_list<c10::optional<at::Tensor>> inputs) {
+  if (!at::GradMode::is_enabled()) return false;
+  for (const auto& t : inputs)
+    if (t.has_value() && t->defined() && t->requires_grad()) return true;
+  return false;
 }
 
 // The operator `qualified` ("ns::name") of signature Sig, looked up once per call site.

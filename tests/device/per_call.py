@@ -1,10 +1,12 @@
 """Per-call cost table (GPU): every registered family's CASES at their small test shapes, eager against kgen,
-forward and forward+backward, timed one call per sample (how KernelBench times) and back to back.
+forward and forward+backward, timed one call per sample (how KernelBench times) and back to back (20 calls per
+sample), eager and kgen sampled in turn so drift hits both.
 Usage: python tests/device/per_call.py [--family NAME] [--csv FILE]. Prints one row per case and the bar check
 (kgen <= eager) per column."""
 
 import argparse
 import csv
+import statistics
 import sys
 from pathlib import Path
 
@@ -12,9 +14,29 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from kgen.bench import cuda_time_ms, first, per_call_ms  # noqa: E402
+from kgen.bench import first  # noqa: E402
 from tests.families import all_families  # noqa: E402
 from tests.helpers import reference_and_new  # noqa: E402
+
+
+def interleaved(fns: dict, per_call: bool, samples: int = 200) -> dict:
+    """Median ms of each fn, sampling the providers in turn (ABAB...) so drift in clocks or host load hits all."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    for fn in fns.values():
+        for _ in range(10):
+            fn()
+    torch.cuda.synchronize()
+    inner = 1 if per_call else 20
+    times: dict = {k: [] for k in fns}
+    for _ in range(samples if per_call else samples // 10):
+        for k, fn in fns.items():
+            start.record()
+            for _ in range(inner):
+                fn()
+            end.record()
+            end.synchronize()
+            times[k].append(start.elapsed_time(end) / inner)
+    return {k: statistics.median(v) for k, v in times.items()}
 
 
 def time_case(source: str) -> dict:
@@ -23,20 +45,25 @@ def time_case(source: str) -> dict:
     with torch.device("cuda"):
         x = user["get_inputs"]()[0]
     xg = x.detach().clone().requires_grad_(True)
-    out = {}
-    for label, m in (("eager", model), ("kgen", new)):
-        def fwd(m=m):
+
+    def fwd(m):
+        def f():
             with torch.no_grad():
                 m(x)
+        return f
 
-        def step(m=m):
+    def step(m):
+        def f():
             m.zero_grad(set_to_none=True)
             xg.grad = None
             first(m(xg)).sum().backward()
+        return f
 
-        out[label] = (per_call_ms(fwd, 10, 100), per_call_ms(step, 10, 100), cuda_time_ms(fwd, 10, 20),
-                      cuda_time_ms(step, 10, 20))
-    return out
+    cols = [interleaved({"eager": fwd(model), "kgen": fwd(new)}, True),
+            interleaved({"eager": step(model), "kgen": step(new)}, True),
+            interleaved({"eager": fwd(model), "kgen": fwd(new)}, False),
+            interleaved({"eager": step(model), "kgen": step(new)}, False)]
+    return {k: tuple(c[k] for c in cols) for k in ("eager", "kgen")}
 
 
 def main() -> int:
