@@ -1,4 +1,4 @@
-"""Forward and backward of every family's small hardening problem (and one odd avg_pool2d case), for running under
+"""Forward and backward of every registered family's hardening problem and first cases, for running under
 compute-sanitizer: bash tests/device/sanitize.sh"""
 
 import sys
@@ -8,18 +8,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch  # noqa: E402
 
-from tests.helpers import avg_pool_problem, reference_and_new  # noqa: E402
-from tests.test_hardening import FAMILY_PROBLEMS  # noqa: E402
+from tests.families import all_families  # noqa: E402
+from tests.helpers import reference_and_new  # noqa: E402
 
-problems = dict(FAMILY_PROBLEMS)
-problems["avg_pool2d_ceil"] = avg_pool_problem((2, 3, 15, 17), dict(kernel_size=3, stride=2, padding=1, ceil_mode=True,
-                                                                     count_include_pad=False))
+problems = {}
+for fc in all_families():
+    problems[f"{fc.name}-hardening"] = fc.hardening
+    problems.update({f"{fc.name}-{cid}": src for cid, src in fc.cases[:3]})
 for label, src in problems.items():
     model, new, ns, user = reference_and_new(src)
     with torch.device("meta"):
-        shape = user["get_inputs"]()[0].shape
-    x = torch.rand(tuple(shape), device="cuda", requires_grad=True)
+        meta = user["get_inputs"]()[0]
+    x = torch.rand(tuple(meta.shape), device="cuda").to(meta.dtype).requires_grad_(True)
     out = new(x)
+    out = out[0] if isinstance(out, (tuple, list)) else out
     out.backward(torch.randn_like(out))
     torch.cuda.synchronize()
     print(f"sanitize {label}: ok, out {tuple(out.shape)}")
