@@ -106,12 +106,14 @@ def bench(
     reps: int = typer.Option(20, help="Timed runs per measurement (median reported)."),
     no_compile: bool = typer.Option(False, "--no-compile", help="Skip the torch.compile baseline."),
     csv: Optional[Path] = typer.Option(None, help="Append the results as rows to this CSV file."),
+    per_call: bool = typer.Option(False, "--per-call", help="Also time one call per sample (as KernelBench times), "
+                                  "beside the back-to-back timing."),
 ) -> None:
     """Build, check correctness once, and time eager, torch.compile and kgen (forward, forward+backward)."""
     from kgen import bench as bench_mod
 
     with user_errors(f"check the path (--csv must be a writable file; for the build cache, {CACHE_HINT})"):
-        bench_mod.run(problem, warmup=warmup, reps=reps, with_compile=not no_compile, csv=csv)
+        bench_mod.run(problem, warmup=warmup, reps=reps, with_compile=not no_compile, csv=csv, per_call=per_call)
 
 
 def _cache_entries(root: Path) -> list[Path]:
