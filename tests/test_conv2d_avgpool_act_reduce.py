@@ -62,6 +62,25 @@ def test_bundled_spec():
     assert fam.derive(spec)["PHO"] == 95 and spec.weight_name == "conv.weight" and spec.bias_name == "conv.bias"
 
 
+@pytest.mark.parametrize("cfg", CONFIGS, ids=ids)
+def test_each_kernel_path_has_a_tiling_that_fits_its_shared_memory(cfg):
+    d = fam.derive(match(load_problem(write_problem(source(cfg))))[1])
+    for path, per_block in (("TILE_SM90", 227 * 1024), ("TILE_SM80", 99 * 1024)):
+        t = d[path]
+        assert t["FITS"] and max(t["F_SMEM"], t["B_SMEM"]) <= per_block, (path, t)
+    assert d["TILE_SM80"]["FWD_WFRAG"] == 0 and d["TILE_SM80"]["F_SMEM"] <= 81 * 1024  # two forward blocks per sm_80 SM
+
+
+def test_kernel_source_has_both_paths_and_no_dev_knobs():
+    from kgen import emit
+
+    src = emit.generate(write_problem(source(CONFIGS[0]))).files["kernel.cu"]
+    assert "#ifndef KGEN_SM90\n#define KGEN_SM90 0\n#endif" in src
+    assert "#if KGEN_SM90" in src and "cluster_group" in src and "fwd_finish_kernel" in src
+    for knob in ("DEV_MMA1", "KG_PT", "PROF", "GRID_BWD", "DWP"):
+        assert knob not in src, knob
+
+
 CONV = dict(in_channels=3, out_channels=8, kernel_size=3)
 
 
@@ -139,6 +158,12 @@ def check(cfg_source, batch=None, seed=0):
         torch.testing.assert_close(p.grad, pr.grad, atol=1e-4, rtol=1e-4, msg=lambda m: f"{name}: {m}")
     again = new(x)
     assert torch.equal(again, out), "forward is not bit-identical across runs"
+    grads = [t.grad.clone() for t in [x, *new.parameters()]]
+    for t in [x, *new.parameters()]:
+        t.grad = None
+    new(x).backward(g)
+    for a, b in zip(grads, [t.grad for t in [x, *new.parameters()]]):
+        assert torch.equal(a, b), "gradients are not bit-identical across runs"
     return rel
 
 

@@ -129,8 +129,23 @@ def _r(a: int, b: int) -> int:
     return ceil_div(a, b) * b
 
 
+# Shared-memory budgets per block of each kernel path (built with -DKGEN_SM90=1 or 0; the template static_asserts
+# the per-block maximum). SM90: 227 KB per block, 228 KB per SM, two blocks per SM at <= 113 KB each.
+# SM80 (sm_80/86/89): sm_86/89 allow 99 KB per block; sm_80 has 164 KB per SM, so <= 81 KB keeps two forward blocks
+# per SM there; 128-position tiles (8 m-tiles, one per warp) and W staged unsplit (half the smem of the fragments).
+PATHS = {
+    "SM90": dict(fwd_budget=240, bwd_budgets=(160, 256, 512, 1024, 4096), wfrag=1,
+                 f_cap=200 * 1024, b_cap=200 * 1024, limit=SMEM_LIMIT),
+    "SM80": dict(fwd_budget=128, bwd_budgets=(128, 256, 512, 1024, 4096), wfrag=0,
+                 f_cap=81 * 1024, b_cap=99 * 1024, limit=99 * 1024),
+}
+# Loop unrolls of the backward (box sums, grad_w position steps, GEMM3 k steps, cell gather): measured best on H200.
+UNROLLS = dict(BSU=1, DWU=2, G3U=1, GU=1)
+
+
 def derive(spec: Spec) -> dict:
-    """Tiling values the kernel template needs besides the problem constants."""
+    """Everything the kernel template needs besides the problem constants: one tiling per kernel path
+    (TILE_SM90, TILE_SM80), the loop unrolls, and the output sizes."""
     s = spec
     HO = conv_out_size(s.H, s.KH, s.SH, s.PH, s.DH)
     WO = conv_out_size(s.W, s.KW, s.SW, s.PW, s.DW)
@@ -162,34 +177,34 @@ def derive(spec: Spec) -> dict:
                     best = (key, tph, tpw, _r(m, 16))
         return best
 
-    f = best_tile(240, False)  # 240 positions: two blocks per SM with W staged as pre-split tf32 fragments
-    TPH, TPW, F_MPAD = f[1], f[2], f[3]
-    b = None
-    for budget in (160, 256, 512, 1024, 4096):
-        b = best_tile(budget, True)
-        if b is not None:
-            break
-    if b is None:
-        raise Unsupported(f"pool/conv windows ({PR}x{PC} input pixels per pooled output) are too large for the backward tiling")
-    TPH_B, TPW_B, B_MPAD = b[1], b[2], b[3]
+    def plan(fwd_budget: int, bwd_budgets: tuple, wfrag: int, f_cap: int, b_cap: int, limit: int) -> dict:
+        f = best_tile(fwd_budget, False)
+        b = next((t for t in (best_tile(bb, True) for bb in bwd_budgets) if t is not None), None)
+        if b is None:
+            raise Unsupported(f"pool/conv windows ({PR}x{PC} input pixels per pooled output) are too large for the backward tiling")
+        f_mpad, b_mpad = f[3], b[3]
 
-    def smem(ci_chunk: int) -> tuple[int, int]:
-        kc8 = _r(ci_chunk * KK, 8)
-        kp = kc8 + 4
-        fw = (kc8 * CO_ALL * 2 + F_MPAD * kp + 32 + CO_ALL) * 4
-        bw = (CO_ALL * kp + B_MPAD * kp + B_MPAD * (CO_ALL + 4) + B_MPAD + CO_ALL) * 4
-        return fw, bw
+        def smem(ci_chunk: int) -> tuple[int, int]:  # the template's F_SMEM and B_SMEM
+            kc8 = _r(ci_chunk * KK, 8)
+            kp = kc8 + 4
+            fw = ((kc8 * CO_ALL * 2 if wfrag else CO_ALL * kp) + f_mpad * kp + 32 + CO_ALL) * 4
+            bw = (CO_ALL * kp + b_mpad * kp + b_mpad * (CO_ALL + 4) + b_mpad + CO_ALL) * 4
+            return fw, bw
 
-    kmax = max(72, _r(KK, 8))
-    CI_CHUNK = 1
-    for c in range(s.CI, 0, -1):
-        if _r(c * KK, 8) <= kmax and max(smem(c)) <= 200 * 1024:
-            CI_CHUNK = c
-            break
-    if max(smem(CI_CHUNK)) > SMEM_LIMIT:
+        kmax = max(72, _r(KK, 8))
+        ci_chunk = next((c for c in range(s.CI, 0, -1)
+                         if _r(c * KK, 8) <= kmax and smem(c)[0] <= f_cap and smem(c)[1] <= b_cap), 1)
+        fw, bw = smem(ci_chunk)
+        return dict(TPH=f[1], TPW=f[2], TPH_B=b[1], TPW_B=b[2], CI_CHUNK=ci_chunk, FWD_WFRAG=wfrag,
+                    F_SMEM=fw, B_SMEM=bw, FITS=max(fw, bw) <= limit)
+
+    tiles = {path: plan(**p) for path, p in PATHS.items()}
+    if not tiles["SM90"]["FITS"]:
         raise Unsupported(f"out_channels={s.CO} with a {s.KH}x{s.KW} kernel does not fit the template's shared-memory tiling")
-    return dict(TPH=TPH, TPW=TPW, TPH_B=TPH_B, TPW_B=TPW_B, CI_CHUNK=CI_CHUNK, GRID_BWD=264, FWD_WFRAG=1,
-                HO=HO, WO=WO, PHO=PHO, PWO=PWO, F_SMEM=smem(CI_CHUNK)[0], B_SMEM=smem(CI_CHUNK)[1])
+    if not tiles["SM80"]["FITS"]:
+        warnings.warn(f"out_channels={s.CO} with a {s.KH}x{s.KW} kernel needs more than the 99 KB of shared memory per block "
+                      "that sm_80/86/89 GPUs have: the generated module builds for sm_90 and newer only", stacklevel=2)
+    return dict(TILE_SM90=tiles["SM90"], TILE_SM80=tiles["SM80"], **UNROLLS, HO=HO, WO=WO, PHO=PHO, PWO=PWO)
 
 
 def context(spec: Spec) -> dict:
@@ -198,15 +213,17 @@ def context(spec: Spec) -> dict:
 
 def describe(spec: Spec) -> list[str]:
     d = derive(spec)
+    t9, t8 = d["TILE_SM90"], d["TILE_SM80"]
     return [
         "Conv2d then AvgPool2d is one linear map: each pooled pre-activation is bias*PKH*PKW/DIV + (1/DIV) * W . Bs, where",
-        f"Bs is the {spec.PKH}x{spec.PKW} box sum of the input at each conv tap. forward: ONE kernel launch; each block forms",
-        f"Bs for a {d['TPH']}x{d['TPW']} tile of pooled positions in shared memory straight from x, runs the positions x {spec.CO}",
-        f"x {spec.CI * spec.KH * spec.KW} GEMM on tensor cores in 3xTF32 (fp32 accuracy), applies {spec.ACT} and reduces; the blocks",
-        "of one sample form a thread-block cluster whose partial sums rank 0 adds in a fixed order through distributed",
-        "shared memory (deterministic, no atomics, no workspace). backward: recomputes the pre-activations per tile",
-        "(nothing of size batch x channels x H' x W' is stored), gathers grad_x through the pool box and conv taps, and",
-        "reduces grad_weight / grad_bias from per-block partials in a fixed order in a second small kernel.",
+        f"Bs is the {spec.PKH}x{spec.PKW} box sum of the input at each conv tap. forward: each block forms Bs for a",
+        f"{t9['TPH']}x{t9['TPW']} tile of pooled positions (sm_80/86/89: {t8['TPH']}x{t8['TPW']}) in shared memory straight from x,",
+        f"runs the positions x {spec.CO} x {spec.CI * spec.KH * spec.KW} GEMM on tensor cores in 3xTF32 (fp32 accuracy), applies",
+        f"{spec.ACT} and reduces; the blocks of one sample add their partial sums in a fixed order (sm_90: one launch,",
+        "a thread-block cluster through distributed shared memory; sm_80/86/89: a second small kernel), so the result",
+        "is bit-identical from run to run, with no atomics. backward: recomputes the pre-activations per tile (nothing",
+        "of size batch x channels x H' x W' is stored), gathers grad_x through the pool box and conv taps, and reduces",
+        "grad_weight / grad_bias from per-block partials in a fixed order in a second small kernel.",
     ]
 
 

@@ -18,10 +18,8 @@ __device__ __forceinline__ void kg_mma(float (&c)[4], uint32_t a0, uint32_t a1, 
 struct KgAFrag { uint32_t h[4], l[4]; };
 struct KgBFrag { uint32_t h[2], l[2]; };
 __device__ __forceinline__ void kg_mma3(float (&c)[4], const KgAFrag& a, const KgBFrag& b) {
-    if (!DEV_MMA1) {
-        kg_mma(c, a.l[0], a.l[1], a.l[2], a.l[3], b.h[0], b.h[1]);
-        kg_mma(c, a.h[0], a.h[1], a.h[2], a.h[3], b.l[0], b.l[1]);
-    }
+    kg_mma(c, a.l[0], a.l[1], a.l[2], a.l[3], b.h[0], b.h[1]);
+    kg_mma(c, a.h[0], a.h[1], a.h[2], a.h[3], b.l[0], b.l[1]);
     kg_mma(c, a.h[0], a.h[1], a.h[2], a.h[3], b.h[0], b.h[1]);
 }
 {% endraw %}

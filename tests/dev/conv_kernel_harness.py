@@ -5,7 +5,11 @@ Renders the template for a spec, compiles it with nvcc into a .so, calls the ext
 through ctypes on torch CUDA tensors, checks forward + all grads against PyTorch (cudnn TF32 off)
 and against a float64 reference, checks run-to-run bit equality, and times the bundled shape.
 
-  python tests/dev/conv_kernel_harness.py [--quick] [--compile] [--out DIR] [--render-only DIR]
+  python tests/dev/conv_kernel_harness.py [--quick] [--compile] [--out DIR] [--render-only DIR] [--sm80] [--arch 90]
+
+--sm80 builds the sm_80/86/89 path (-DKGEN_SM90=0, derive()'s TILE_SM80 tiling; on an H100/H200 too), else the
+Hopper path (-DKGEN_SM90=1, TILE_SM90). --ovr/--variants override tiling keys of that path (TPH, TPW, TPH_B, TPW_B,
+CI_CHUNK, FWD_WFRAG) or the loop unrolls (BSU, DWU, G3U, GU).
 """
 import argparse
 import concurrent.futures as cf
@@ -28,6 +32,9 @@ BASE_KEYS = ["CI", "H", "W", "CO", "KH", "KW", "SH", "SW", "PH", "PW", "DH", "DW
              "PKH", "PKW", "PSH", "PSW", "DIV", "ACT", "REDUCE"]
 ACTS = ("sigmoid", "tanh", "relu", "gelu", "gelu_tanh", "none")
 NO_WS_FILL = False
+SM80 = False  # --sm80: build and run the KGEN_SM90=0 path
+ARCH = "90"
+TILE_KEYS = ("TPH", "TPW", "TPH_B", "TPW_B", "CI_CHUNK", "FWD_WFRAG")
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
@@ -53,16 +60,25 @@ def make_spec(CI=8, H=384, W=384, CO=64, k=3, s=1, p=0, d=1, pk=4, ps=None, div=
 
 def render(spec, name=None):
     import jinja2
-    troot = spec.get("TROOT", os.path.join(ROOT, "templates"))  # another template tree (baseline A/B timing)
+
+    from kgen.render import environment
+    # another template tree (baseline A/B timing; it must take the same context and extern "C" ABI)
+    troot = spec.get("TROOT", os.path.join(ROOT, "templates"))
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(troot),
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
                              keep_trailing_newline=True)
+    env.filters.update(environment().filters)
     ctx = {k: spec[k] for k in BASE_KEYS}
-    ctx.update({k: v for k, v in derive(spec).items()
-                if k in ("TPH", "TPW", "TPH_B", "TPW_B", "CI_CHUNK", "GRID_BWD", "FWD_WFRAG")})
-    ctx.update(spec.get("OVR", {}))  # harness-only tiling overrides for A/B timing
+    ctx.update(derive(spec))
+    path = "TILE_SM80" if SM80 else "TILE_SM90"
+    ctx[path] = dict(ctx[path])
+    for k, v in spec.get("OVR", {}).items():  # harness-only overrides for A/B timing
+        if k in TILE_KEYS:
+            ctx[path][k] = v
+        else:
+            ctx[k] = v
     if name is None:
-        key = repr(sorted(ctx.items())) + troot
+        key = repr(sorted((k, repr(v)) for k, v in ctx.items())) + troot + path
         name = "kgen_conv2d_avgpool_act_reduce_" + hashlib.sha1(key.encode()).hexdigest()[:8]
     ctx["name"] = name
     return name, env.get_template(TEMPLATE).render(**ctx)
@@ -75,8 +91,8 @@ def compile_so(spec, workdir):
     with open(cu, "w") as f:
         f.write(src)
     t0 = time.time()
-    r = subprocess.run(["nvcc", "-O3", "-arch=sm_90", "-shared", "-Xcompiler", "-fPIC", "-Xptxas", "-v",
-                        "-o", so, cu], capture_output=True, text=True)
+    r = subprocess.run(["nvcc", "-O3", "-std=c++17", f"-arch=sm_{ARCH}", f"-DKGEN_SM90={0 if SM80 else 1}", "-shared",
+                        "-Xcompiler", "-fPIC", "-Xptxas", "-v", "-o", so, cu], capture_output=True, text=True)
     log = r.stdout + r.stderr
     if r.returncode != 0:
         raise RuntimeError(f"nvcc failed for {name}:\n{log}")
@@ -89,8 +105,8 @@ class Kernel:
     def __init__(self, name, so):
         lib = ctypes.CDLL(so)
         self.ws_bytes = getattr(lib, name + "_workspace_bytes")
-        self.ws_bytes.restype = ctypes.c_size_t
-        self.ws_bytes.argtypes = [ctypes.c_int64]
+        self.ws_bytes.restype = ctypes.c_int
+        self.ws_bytes.argtypes = [ctypes.c_int64, ctypes.c_int, ctypes.POINTER(ctypes.c_size_t)]
         self.fwd = getattr(lib, name + "_forward")
         self.fwd.restype = ctypes.c_int
         self.fwd.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int64, ctypes.c_void_p]
@@ -98,24 +114,20 @@ class Kernel:
         self.bwd.restype = ctypes.c_int
         self.bwd.argtypes = [ctypes.c_void_p] * 8 + [ctypes.c_int64, ctypes.c_void_p]
         self.lib = lib
-        self.prof = getattr(lib, name + "_prof", None)  # PROF=1 builds only
-        if self.prof is not None:
-            self.prof.restype = ctypes.c_int
-            self.prof.argtypes = [ctypes.c_void_p]
-
-    def read_prof(self):
-        buf = (ctypes.c_uint64 * 8)()
-        if self.prof(buf) != 0:
-            raise RuntimeError("prof read failed")
-        return list(buf)
 
     @staticmethod
     def _p(t):
         return None if t is None else ctypes.c_void_p(t.data_ptr())
 
     def workspace(self, n):
+        """One buffer for both directions (the larger of the forward's and the backward's needs)."""
         import torch
-        nb = int(self.ws_bytes(n))
+        nb = 0
+        for backward in (0, 1):
+            b = ctypes.c_size_t(0)
+            if self.ws_bytes(n, backward, ctypes.byref(b)) != 0:
+                raise RuntimeError("workspace query failed")
+            nb = max(nb, b.value)
         ws = torch.empty(max(nb, 16), dtype=torch.uint8, device="cuda")
         if not NO_WS_FILL:  # --no-ws-fill: leave it uninitialised (as at::empty does), for compute-sanitizer initcheck
             ws.fill_(0xFF)  # NaN pattern: the kernels must not rely on zeroed scratch
@@ -318,18 +330,6 @@ def timings(kern_by_act, do_compile, log):
         m1 = bench(kf)
         m2 = bench(kfb)
         m3 = bench(kb)
-        if kern.prof is not None:
-            torch.cuda.synchronize()
-            kern.read_prof()  # reset
-            for _ in range(3):
-                kb()
-            torch.cuda.synchronize()
-            pr = kern.read_prof()
-            names = ["box sums", "GEMM1+dpre", "grad_b", "grad_w", "GEMM3", "dBs->smem", "gather"]
-            tot = sum(pr[:7])
-            for k in range(7):
-                rows.append((f"  prof {names[k]} [{act}]", f"{100 * pr[k] / tot:.1f}%",
-                             f"{pr[k] / max(pr[7], 1) / 3:.0f} cyc/block/launch"))
         rows.append((f"kgen fwd [{act}]", f"{m1[0]:.3f}", f"min {m1[1]:.3f}"))
         rows.append((f"kgen bwd [{act}]", f"{m3[0]:.3f}", f"min {m3[1]:.3f}"))
         rows.append((f"kgen fwd+bwd [{act}]", f"{m2[0]:.3f}", f"min {m2[1]:.3f}"))
@@ -392,10 +392,13 @@ def main():
     ap.add_argument("--no-ws-fill", action="store_true", help="leave the workspace uninitialised (initcheck)")
     ap.add_argument("--checks-only", action="store_true", help="no timings")
     ap.add_argument("--small", action="store_true", help="skip the bundled-shape correctness case")
+    ap.add_argument("--sm80", action="store_true", help="build the sm_80/86/89 path (-DKGEN_SM90=0)")
+    ap.add_argument("--arch", default="90", help="nvcc -arch=sm_<ARCH> (default 90)")
     ap.add_argument("--check-root", default="", help="template root for the correctness cases (default: templates/)")
     args = ap.parse_args()
-    global NO_WS_FILL
+    global NO_WS_FILL, SM80, ARCH
     NO_WS_FILL = args.no_ws_fill
+    SM80, ARCH = args.sm80, args.arch
     os.makedirs(args.out, exist_ok=True)
     logf = open(os.path.join(args.out, "conv_harness.log"), "w")
 
@@ -458,9 +461,9 @@ def main():
             for l2, sp2 in specs.items():
                 if render(sp2)[0] == name:
                     built[l2] = (name, so)
-            d = derive(specs[lbl])
-            log(f"built {lbl} ({dt:.0f}s) tiles fwd {d['TPH']}x{d['TPW']} bwd {d['TPH_B']}x{d['TPW_B']} "
-                f"ci_chunk {d['CI_CHUNK']} smem {d['F_SMEM']}/{d['B_SMEM']}")
+            d = derive(specs[lbl])["TILE_SM80" if SM80 else "TILE_SM90"]
+            log(f"built {lbl} ({dt:.0f}s) sm_{ARCH} KGEN_SM90={0 if SM80 else 1} tiles fwd {d['TPH']}x{d['TPW']} "
+                f"bwd {d['TPH_B']}x{d['TPW_B']} ci_chunk {d['CI_CHUNK']} smem {d['F_SMEM']}/{d['B_SMEM']}")
             for ln in ptx:
                 log("    " + ln)
     if args.render_only:
