@@ -1,19 +1,41 @@
-// kgen_conv2d_avgpool_act_reduce_acccf95f: torch glue for the fused Conv2d -> AvgPool2d -> sigmoid -> sum kernels in kernel.cu
-// (ops under torch.ops.kgen_conv2d_avgpool_act_reduce_acccf95f).
+// kgen_conv2d_avgpool_act_reduce_ad48c530: torch glue for the fused Conv2d -> AvgPool2d -> sigmoid -> sum kernels in kernel.cu
+// (ops under torch.ops.kgen_conv2d_avgpool_act_reduce_ad48c530; autograd in C++, see common/torch_glue.h).
 // kgen fixed C++ glue helpers (pulled into each rendered binding by Jinja include).
-// Light headers only: torch/library.h and ATen/core, not torch/extension.h.
+// Light headers only: torch/library.h, ATen/core, the autograd Function header and torch's pybind casters, not
+// torch/extension.h.
+//
+// Autograd lives here, in C++, so a training step costs no Python beyond the module's forward call. The pattern
+// each family's binding follows (as torchvision's ops do):
+//   TORCH_LIBRARY(ns, m)                 defines "forward(...)" and "backward(...)"
+//   TORCH_LIBRARY_IMPL(ns, CUDA, m)      the kernels' launchers (also registered for CPU, to reject CPU tensors)
+//   struct XFunction : torch::autograd::Function<XFunction>
+//       forward():  at::AutoDispatchBelowADInplaceOrView guard; calls the "forward" op through the dispatcher
+//                   (kgen_glue::typed_op), saves what backward needs
+//       backward(): calls the "backward" op through the dispatcher (so torch.compile can trace it)
+//   TORCH_LIBRARY_IMPL(ns, Autograd, m)  "forward" -> XFunction::apply
+//   PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)  m.def("forward", ...): Python's fast path (no dispatcher argument
+//                                        boxing): XFunction::apply when a gradient is needed
+//                                        (kgen_glue::needs_grad), else the CUDA implementation directly;
+//                                        torch.compile traces the op instead
+// Python registers only fake (meta) kernels, for torch.compile.
 #include <torch/library.h>
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/utils/pybind.h>
 #include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime.h>
 
+#include <initializer_list>
 #include <string>
-#include <vector>
 
 namespace kgen_glue {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
 
 inline std::string shape_str(c10::IntArrayRef s) {
   std::string out = "[";
@@ -21,24 +43,68 @@ inline std::string shape_str(c10::IntArrayRef s) {
   return out + "]";
 }
 
-// Checks one float32 CUDA input against the specialization: expected[i] < 0 means "any size" (the batch).
-// Returns a contiguous tensor (non-contiguous and channels_last inputs are copied to NCHW-contiguous).
-inline at::Tensor check_input(const at::Tensor& t, const char* what, const std::vector<int64_t>& expected,
-                              const char* problem) {
+inline std::string want_str(std::initializer_list<int64_t> expected) {
   std::string want = "[";
-  for (size_t i = 0; i < expected.size(); ++i)
-    want += (i ? ", " : "") + (expected[i] < 0 ? std::string("N") : std::to_string(expected[i]));
-  want += "]";
-  TORCH_CHECK(t.defined(), "kgen ", problem, ": ", what, " is undefined; pass a float32 CUDA tensor of shape ", want);
+  size_t i = 0;
+  for (int64_t e : expected) want += (i++ ? ", " : "") + (e < 0 ? std::string("N") : std::to_string(e));
+  return want + "]";
+}
+
+// PyTorch's name of a dtype ("float32", "float16", "bfloat16", ...), as users write it.
+inline const char* dtype_name(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return "float32";
+    case at::kHalf: return "float16";
+    case at::kBFloat16: return "bfloat16";
+    case at::kDouble: return "float64";
+    case at::kInt: return "int32";
+    case at::kLong: return "int64";
+    default: return c10::toString(t);
+  }
+}
+
+// Does autograd have to record this call? (grad mode on and some input requires grad)
+inline bool needs_grad(std::initializer_list<c10::optional<at::Tensor>> inputs) {
+  if (!at::GradMode::is_enabled()) return false;
+  for (const auto& t : inputs)
+    if (t.has_value() && t->defined() && t->requires_grad()) return true;
+  return false;
+}
+
+// The operator `qualified` ("ns::name") of signature Sig, looked up once per call site.
+template <typename Sig>
+inline c10::TypedOperatorHandle<Sig> typed_op(const char* qualified) {
+  return c10::Dispatcher::singleton().findSchemaOrThrow(qualified, "").template typed<Sig>();
+}
+
+// Checks one CUDA input against the specialization: expected[i] < 0 means "any size" (the batch). Returns a
+// contiguous tensor (non-contiguous and channels_last inputs are copied to contiguous). Messages are built only on
+// failure, so the check costs nanoseconds per call.
+inline at::Tensor check_input(const at::Tensor& t, const char* what, std::initializer_list<int64_t> expected,
+                              at::ScalarType dtype, const char* problem) {
+  TORCH_CHECK(t.defined(), "kgen ", problem, ": ", what, " is undefined; give a ", dtype_name(dtype),
+              " CUDA tensor of shape ", want_str(expected));
   TORCH_CHECK(t.is_cuda(), "kgen ", problem, ": ", what, " must be a CUDA tensor, got device ", t.device().str(),
               "; move it with .cuda()");
-  TORCH_CHECK(t.scalar_type() == at::kFloat, "kgen ", problem, ": ", what, " must be float32, got ",
-              c10::toString(t.scalar_type()), "; convert with .float()");
+  TORCH_CHECK(t.scalar_type() == dtype, "kgen ", problem, ": ", what, " must be ", dtype_name(dtype), ", got ",
+              dtype_name(t.scalar_type()), "; convert it with .to(torch.", dtype_name(dtype),
+              ") or regenerate from a problem file with this dtype");
   bool ok = t.dim() == static_cast<int64_t>(expected.size());
-  for (size_t i = 0; ok && i < expected.size(); ++i) ok = expected[i] < 0 || t.size(i) == expected[i];
-  TORCH_CHECK(ok, "kgen ", problem, ": ", what, " has shape ", shape_str(t.sizes()), " but this module was generated for ",
-              want, " (N: any batch size); regenerate with `kgen generate` for a problem file with this shape");
-  return t.contiguous();
+  int64_t i = 0;
+  for (int64_t e : expected) {
+    if (!ok) break;
+    ok = e < 0 || t.size(i) == e;
+    ++i;
+  }
+  TORCH_CHECK(ok, "kgen ", problem, ": ", what, " has shape ", shape_str(t.sizes()),
+              " but this module was generated for ", want_str(expected),
+              " (N: any batch size); regenerate with `kgen generate` for a problem file with this shape");
+  return t.is_contiguous() ? t : t.contiguous();
+}
+
+inline at::Tensor check_input(const at::Tensor& t, const char* what, std::initializer_list<int64_t> expected,
+                              const char* problem) {
+  return check_input(t, what, expected, at::kFloat, problem);
 }
 
 inline void check_launch(cudaError_t err, const char* kernel, const char* problem) {
@@ -55,11 +121,13 @@ inline void check_same_device(const at::Tensor& a, const at::Tensor& b, const ch
 #include <ATen/ops/empty_like.h>
 
 #include <array>
+#include <optional>
+#include <tuple>
 
-extern "C" size_t kgen_conv2d_avgpool_act_reduce_acccf95f_workspace_bytes(int64_t n);
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_acccf95f_forward(const float* x, const float* w, const float* b, float* out, void* workspace,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_ad48c530_workspace_bytes(int64_t n, int backward, size_t* bytes);
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_ad48c530_forward(const float* x, const float* w, const float* b, float* out, void* workspace,
                                           int64_t n, cudaStream_t stream);
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_acccf95f_backward(const float* grad_out, const float* x, const float* w, const float* b,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_ad48c530_backward(const float* grad_out, const float* x, const float* w, const float* b,
                                            float* grad_x, float* grad_w, float* grad_b, void* workspace, int64_t n,
                                            cudaStream_t stream);
 
@@ -84,9 +152,12 @@ Checked check(const at::Tensor& x_in, const at::Tensor& w_in, const std::optiona
 
 const float* ptr_or_null(const at::Tensor& t) { return t.defined() ? t.data_ptr<float>() : nullptr; }
 
-at::Tensor workspace(const at::Tensor& like, int64_t n) {
-  const int64_t bytes = static_cast<int64_t>(kgen_conv2d_avgpool_act_reduce_acccf95f_workspace_bytes(n));
-  return at::empty({bytes > 0 ? bytes : 1}, like.options().dtype(at::kByte));
+// Scratch for the kernels on the current device (guarded by the caller): sized by kernel.cu for this batch, GPU
+// and path; uninitialised is fine.
+at::Tensor workspace(const at::Tensor& like, int64_t n, bool backward) {
+  size_t bytes = 0;
+  kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_ad48c530_workspace_bytes(n, backward ? 1 : 0, &bytes), "workspace query", kProblem);
+  return at::empty({bytes > 0 ? static_cast<int64_t>(bytes) : 1}, like.options().dtype(at::kByte));
 }
 
 at::Tensor forward(const at::Tensor& x_in, const at::Tensor& w_in, const std::optional<at::Tensor>& b_in) {
@@ -94,8 +165,8 @@ at::Tensor forward(const at::Tensor& x_in, const at::Tensor& w_in, const std::op
   const c10::cuda::CUDAGuard guard(c.x.device());
   const int64_t n = c.x.size(0);
   at::Tensor out = at::empty({n}, c.x.options());
-  at::Tensor ws = workspace(c.x, n);
-  kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_acccf95f_forward(c.x.data_ptr<float>(), c.w.data_ptr<float>(), ptr_or_null(c.b),
+  at::Tensor ws = workspace(c.x, n, false);
+  kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_ad48c530_forward(c.x.data_ptr<float>(), c.w.data_ptr<float>(), ptr_or_null(c.b),
                                              out.data_ptr<float>(), ws.data_ptr(), n,
                                              c10::cuda::getCurrentCUDAStream().stream()), "fused forward", kProblem);
   return out;
@@ -115,8 +186,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(const at::Tensor& grad_o
   at::Tensor gw = output_mask[1] ? at::empty_like(c.w) : none;
   at::Tensor gb = (output_mask[2] && c.b.defined()) ? at::empty_like(c.b) : none;
   if (output_mask[0] || output_mask[1] || gb.numel()) {
-    at::Tensor ws = workspace(c.x, n);
-    kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_acccf95f_backward(grad_out.data_ptr<float>(), c.x.data_ptr<float>(), c.w.data_ptr<float>(),
+    at::Tensor ws = workspace(c.x, n, true);
+    kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_ad48c530_backward(grad_out.data_ptr<float>(), c.x.data_ptr<float>(), c.w.data_ptr<float>(),
                                                 ptr_or_null(c.b), output_mask[0] ? gx.data_ptr<float>() : nullptr,
                                                 output_mask[1] ? gw.data_ptr<float>() : nullptr,
                                                 gb.numel() ? gb.data_ptr<float>() : nullptr, ws.data_ptr(), n,
@@ -125,19 +196,58 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(const at::Tensor& grad_o
   return {gx, gw, gb};
 }
 
+using ForwardSig = at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&);
+using BackwardSig = std::tuple<at::Tensor, at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                                                   const std::optional<at::Tensor>&, std::array<bool, 3>);
+
+// Autograd in C++: saves x, weight and bias; backward asks the backward op only for the gradients autograd needs.
+struct FusedFunction : public torch::autograd::Function<FusedFunction> {
+  static at::Tensor forward(kgen_glue::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w,
+                            const std::optional<at::Tensor>& b) {
+    static const auto op = kgen_glue::typed_op<ForwardSig>("kgen_conv2d_avgpool_act_reduce_ad48c530::forward");
+    const bool has_bias = b.has_value() && b->defined();
+    ctx->saved_data["has_bias"] = has_bias;
+    ctx->save_for_backward({x, w, has_bias ? *b : at::Tensor()});
+    at::AutoDispatchBelowADInplaceOrView below;
+    return op.call(x, w, b);
+  }
+  static kgen_glue::variable_list backward(kgen_glue::AutogradContext* ctx, kgen_glue::variable_list grads) {
+    static const auto op = kgen_glue::typed_op<BackwardSig>("kgen_conv2d_avgpool_act_reduce_ad48c530::backward");
+    const auto saved = ctx->get_saved_variables();
+    const bool has_bias = ctx->saved_data["has_bias"].toBool();
+    // input edges: x, weight, then bias only when it was given
+    const std::array<bool, 3> mask = {ctx->needs_input_grad(0), ctx->needs_input_grad(1),
+                                      has_bias && ctx->needs_input_grad(2)};
+    const std::optional<at::Tensor> bias = has_bias ? std::optional<at::Tensor>(saved[2]) : std::nullopt;
+    auto [gx, gw, gb] = op.call(grads[0], saved[0], saved[1], bias, mask);
+    return {mask[0] ? gx : at::Tensor(), mask[1] ? gw : at::Tensor(), mask[2] ? gb : at::Tensor()};
+  }
+};
+
+at::Tensor forward_autograd(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& b) {
+  return FusedFunction::apply(x, w, b);
+}
+
 }  // namespace
 
-TORCH_LIBRARY(kgen_conv2d_avgpool_act_reduce_acccf95f, m) {
+TORCH_LIBRARY(kgen_conv2d_avgpool_act_reduce_ad48c530, m) {
   m.def("forward(Tensor x, Tensor weight, Tensor? bias) -> Tensor");
   m.def("backward(Tensor grad_out, Tensor x, Tensor weight, Tensor? bias, bool[3] output_mask) -> (Tensor, Tensor, Tensor)");
 }
 
 // CPU inputs reach the same functions, which reject them with a message saying what to do.
-TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_acccf95f, CUDA, m) {
+TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_ad48c530, CUDA, m) {
   m.impl("forward", &forward);
   m.impl("backward", &backward);
 }
-TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_acccf95f, CPU, m) {
+TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_ad48c530, CPU, m) {
   m.impl("forward", &forward);
   m.impl("backward", &backward);
+}
+TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_ad48c530, Autograd, m) {
+  m.impl("forward", &forward_autograd);
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("forward", &forward_autograd, "fused Conv2d -> AvgPool2d -> sigmoid -> sum forward with autograd (the fast path from Python)");
 }

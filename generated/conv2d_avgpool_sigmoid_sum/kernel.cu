@@ -1,19 +1,26 @@
-// kgen: fused Conv2d -> AvgPool2d -> sigmoid -> sum over [C,H,W]  (kgen_conv2d_avgpool_act_reduce_acccf95f)
+// kgen: fused Conv2d -> AvgPool2d -> sigmoid -> sum over [C,H,W]  (kgen_conv2d_avgpool_act_reduce_ad48c530)
 // Pool-first: conv followed by avg-pool is one linear map, so each pooled output is
 //   pre[n,co,ph,pw] = bias[co] + sum_k (W[co,k]/DIV) * Bs[n,ph,pw,k]   (k = ci*KH*KW + ky*KW + kx)
 // where Bs is a PKH x PKW box sum of the (zero-padded) input at the conv tap offsets.
 // The per-tile GEMM (positions x CO x K) runs on tensor cores in 3xTF32 (fp32-level accuracy).
+// Two paths, chosen by the build: KGEN_SM90=1 (every target arch >= 9.0) reduces the forward's per-sample partial
+// sums through thread-block clusters; KGEN_SM90=0 (sm_80/86/89) writes them to the workspace and adds them in a
+// second small kernel. Both are deterministic (fixed summation order).
 // Rendered by Jinja; self-contained (only CUDA/system headers).
+#ifndef KGEN_SM90
+#define KGEN_SM90 0
+#endif
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <stddef.h>
 #include <math.h>
+#include <atomic>
+#include <mutex>
+#if KGEN_SM90
 #include <cooperative_groups.h>
+#endif
 
-namespace kgen_conv2d_avgpool_act_reduce_acccf95f_ns {
-namespace cg = cooperative_groups;
-
-constexpr bool DEV_MMA1 = 0;   // dev timing only: hi*hi pass alone (NOT accurate)
+namespace kgen_conv2d_avgpool_act_reduce_ad48c530_ns {
 
 // ---- 3xTF32 tensor-core helpers (mma.sync m16n8k8, fp32-level accuracy) ----
 // a = hi + lo with hi = rna(a) in tf32; lo is passed raw (the tensor core ignores its low 13 bits).
@@ -34,10 +41,8 @@ __device__ __forceinline__ void kg_mma(float (&c)[4], uint32_t a0, uint32_t a1, 
 struct KgAFrag { uint32_t h[4], l[4]; };
 struct KgBFrag { uint32_t h[2], l[2]; };
 __device__ __forceinline__ void kg_mma3(float (&c)[4], const KgAFrag& a, const KgBFrag& b) {
-    if (!DEV_MMA1) {
-        kg_mma(c, a.l[0], a.l[1], a.l[2], a.l[3], b.h[0], b.h[1]);
-        kg_mma(c, a.h[0], a.h[1], a.h[2], a.h[3], b.l[0], b.l[1]);
-    }
+    kg_mma(c, a.l[0], a.l[1], a.l[2], a.l[3], b.h[0], b.h[1]);
+    kg_mma(c, a.h[0], a.h[1], a.h[2], a.h[3], b.l[0], b.l[1]);
     kg_mma(c, a.h[0], a.h[1], a.h[2], a.h[3], b.h[0], b.h[1]);
 }
 
@@ -46,15 +51,26 @@ constexpr int CI = 8, H = 384, W = 384, CO = 64;
 constexpr int KH = 3, KW = 3, SH = 1, SW = 1;
 constexpr int PH = 0, PW = 0, DH = 1, DW = 1;
 constexpr int PKH = 4, PKW = 4, PSH = 4, PSW = 4, DIV = 16;
-// tiling (chosen by derive() in Python)
+// tiling, chosen by derive() in Python for each path's shared memory
+#if KGEN_SM90
 constexpr int TPH = 5, TPW = 48;          // forward tile, pooled positions
 constexpr int TPH_B = 7, TPW_B = 19;  // backward core tile, pooled positions
-constexpr int CI_CHUNK = 8;                  // input channels per K chunk
-constexpr int GRID_BWD = 264;                  // max blocks of the backward kernel
+constexpr int CI_CHUNK = 8;                    // input channels per K chunk
+constexpr bool FWD_WFRAG = true;        // forward keeps W as pre-split tf32 hi/lo B fragments
+constexpr size_t F_SMEM_PY = 110208, B_SMEM_PY = 112512;  // derive()'s shared-memory sizes
+constexpr size_t SMEM_MAX = 227 * 1024;   // opt-in shared memory per block (sm_90)
+constexpr size_t SMEM_2B = 113 * 1024;    // two blocks per SM fit at or below this
+#else
+constexpr int TPH = 4, TPW = 32;          // forward tile, pooled positions
+constexpr int TPH_B = 5, TPW_B = 20;  // backward core tile, pooled positions
+constexpr int CI_CHUNK = 8;                    // input channels per K chunk
+constexpr bool FWD_WFRAG = false;        // forward keeps W as pre-split tf32 hi/lo B fragments
+constexpr size_t F_SMEM_PY = 58752, B_SMEM_PY = 93952;  // derive()'s shared-memory sizes
+constexpr size_t SMEM_MAX = 99 * 1024;    // opt-in shared memory per block on sm_86/89 (sm_80: 163 KB)
+constexpr size_t SMEM_2B = 81 * 1024;     // two blocks per SM fit at or below this on sm_80
+#endif
 constexpr int BSU = 1, DWU = 2, G3U = 1;  // backward loop unrolls (box sums, dW, GEMM3)
-constexpr int GU = 1;                  // unroll of the fast grad_x gather's cell loop
-constexpr bool DWP = 1;               // load the block's grad_w partial before (not after) the dW mma loop
-constexpr bool FWD_WFRAG = 1;   // forward keeps W as pre-split tf32 hi/lo B fragments (needs the 240-position tile budget)
+constexpr int GU = 1;                                      // unroll of the cell gather's loop
 
 constexpr int HO = (H + 2 * PH - DH * (KH - 1) - 1) / SH + 1;
 constexpr int WO = (W + 2 * PW - DW * (KW - 1) - 1) / SW + 1;
@@ -87,8 +103,9 @@ constexpr int DW_MS0 = HALO_H * B_EW / 8, DW_MS1 = (B_M + 7) / 8;   // 8-positio
 constexpr int NPH = (PKH + PSH - 1) / PSH, NPW = (PKW + PSW - 1) / PSW;
 constexpr int DB_SEG = CO_ALL >= NT ? 1 : (NT / CO_ALL >= 32 ? 32 : NT / CO_ALL >= 16 ? 16 : NT / CO_ALL >= 8 ? 8
                        : NT / CO_ALL >= 4 ? 4 : NT / CO_ALL >= 2 ? 2 : 1);   // threads per channel for grad_b
-constexpr int PART = CO * KTOT + CO;
-constexpr float BSCALE = (float)(PKH * PKW) / (float)DIV;  // avg-pool of a constant bias with divisor_override                      // floats of one block's grad_w/grad_b partial
+constexpr int PART = CO * KTOT + CO;                       // floats of one block's grad_w/grad_b partial
+constexpr float BSCALE = (float)(PKH * PKW) / (float)DIV;  // avg-pool of a constant bias with divisor_override
+constexpr int CL_MAX = F_TILES < 8 ? F_TILES : 8;         // forward blocks per sample (cluster size on sm_90)
 constexpr bool VEC4 = (S_W % 4 == 0) && (PW % 4 == 0) && (W % 4 == 0);
 constexpr int PC4 = (PC + 3) / 4;
 constexpr int KPADW = KC8 > KC ? KC8 - KC : 1;
@@ -107,7 +124,6 @@ __host__ __device__ constexpr bool col_used(int cc) {
 // fast grad_x gather (stride-1, undilated conv; non-overlapping pool with stride == kernel): each thread takes one
 // PKH x PKW cell of input pixels (u = r + PH = PKH*P + i) of one channel; every dBs term is at a compile-time
 // offset from the cell's pooled position (P + dh, Q + dw), dh = floor((i - ky) / PKH) in [G_DH0, 0].
-#define KG_PT(k) do { } while (0)
 constexpr bool FASTG = SH == 1 && SW == 1 && DH == 1 && DW == 1 && PSH == PKH && PSW == PKW;
 __host__ __device__ constexpr int fdiv(int a, int b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
 constexpr int G_DH0 = fdiv(-(KH - 1), PKH), G_NDH = 1 - G_DH0;
@@ -129,9 +145,17 @@ constexpr size_t B_SMEM = (size_t)(CO_ALL * KP + B_MPAD * KP + B_MPAD * CP + B_M
 constexpr bool NEED_BOUNDS = (PH > 0 || PW > 0);  // without padding a valid window never leaves the image
 // (large box-sum footprints PR*KW > 20 get the full register file: 1 block/SM guaranteed, no spills)
 constexpr bool SLIM = PR * KW <= 20;
-constexpr int F_MINB = (SLIM && F_SMEM <= 113 * 1024) ? 2 : 1;  // (3 blocks/SM at <= 80 registers measured slower)
-constexpr int B_MINB = (SLIM && B_SMEM <= 113 * 1024) ? 2 : 1;
-static_assert(F_SMEM <= 227 * 1024 && B_SMEM <= 227 * 1024, "tile does not fit shared memory");
+// K chunks keep the GEMM accumulators live through the next chunk's box sums: no 128-register cap either
+constexpr int F_MINB = (SLIM && NCHUNK == 1 && F_SMEM <= SMEM_2B) ? 2 : 1;  // (3 blocks/SM at <= 80 registers measured slower)
+constexpr int B_MINB = (SLIM && NCHUNK == 1 && B_SMEM <= SMEM_2B) ? 2 : 1;
+static_assert(F_SMEM == F_SMEM_PY && B_SMEM == B_SMEM_PY, "derive() and the template disagree on the smem layout");
+#if KGEN_SM90
+static_assert(F_SMEM <= SMEM_MAX && B_SMEM <= SMEM_MAX, "tile does not fit shared memory");
+#else
+static_assert(F_SMEM <= SMEM_MAX && B_SMEM <= SMEM_MAX,
+              "kgen: this shape's tiles need more than the 99 KB of shared memory per block of sm_80/86/89 GPUs; "
+              "run it on sm_90 or newer");
+#endif
 
 // ---------------- activation ----------------
 __device__ __forceinline__ float act_fwd(float v) {
@@ -290,10 +314,10 @@ __device__ __forceinline__ void compute_as(const float* __restrict__ x, float* A
     }
 }
 
-// acc[i][j] (m-tile warp+NW*i, n-tile j of channel pass co0) += As * Ws^T  over this K chunk
+// acc[i][j] (m-tile mt0+NW*i, n-tile j of channel pass co0) += As * Ws^T  over this K chunk
 template <int MT, int MTW>
-__device__ __forceinline__ void gemm1(const float* As, const float* Ws, int co0, float (&acc)[MTW][NT8][4]) {
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+__device__ __forceinline__ void gemm1(const float* As, const float* Ws, int co0, int mt0, float (&acc)[MTW][NT8][4]) {
+    const int warp = mt0, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 #pragma unroll
     for (int ks = 0; ks < KN8; ++ks) {
         KgAFrag a[MTW];
@@ -316,10 +340,10 @@ __device__ __forceinline__ void gemm1(const float* As, const float* Ws, int co0,
             kg_split(q[4], b.h[1], b.l[1]);
 #pragma unroll
             for (int i = 0; i < MTW; ++i)
-                if (!DEV_MMA1 && warp + NW * i < MT) kg_mma(acc[i][j], a[i].l[0], a[i].l[1], a[i].l[2], a[i].l[3], b.h[0], b.h[1]);
+                if (warp + NW * i < MT) kg_mma(acc[i][j], a[i].l[0], a[i].l[1], a[i].l[2], a[i].l[3], b.h[0], b.h[1]);
 #pragma unroll
             for (int i = 0; i < MTW; ++i)
-                if (!DEV_MMA1 && warp + NW * i < MT) kg_mma(acc[i][j], a[i].h[0], a[i].h[1], a[i].h[2], a[i].h[3], b.l[0], b.l[1]);
+                if (warp + NW * i < MT) kg_mma(acc[i][j], a[i].h[0], a[i].h[1], a[i].h[2], a[i].h[3], b.l[0], b.l[1]);
 #pragma unroll
             for (int i = 0; i < MTW; ++i)
                 if (warp + NW * i < MT) kg_mma(acc[i][j], a[i].h[0], a[i].h[1], a[i].h[2], a[i].h[3], b.h[0], b.h[1]);
@@ -353,10 +377,10 @@ __device__ __forceinline__ void gemm1_wf(const float* As, const float4* Wf, int 
             b.l[0] = __float_as_uint(v.z); b.l[1] = __float_as_uint(v.w);
 #pragma unroll
             for (int i = 0; i < MTW; ++i)
-                if (!DEV_MMA1 && warp + NW * i < MT) kg_mma(acc[i][j], a[i].l[0], a[i].l[1], a[i].l[2], a[i].l[3], b.h[0], b.h[1]);
+                if (warp + NW * i < MT) kg_mma(acc[i][j], a[i].l[0], a[i].l[1], a[i].l[2], a[i].l[3], b.h[0], b.h[1]);
 #pragma unroll
             for (int i = 0; i < MTW; ++i)
-                if (!DEV_MMA1 && warp + NW * i < MT) kg_mma(acc[i][j], a[i].h[0], a[i].h[1], a[i].h[2], a[i].h[3], b.l[0], b.l[1]);
+                if (warp + NW * i < MT) kg_mma(acc[i][j], a[i].h[0], a[i].h[1], a[i].h[2], a[i].h[3], b.l[0], b.l[1]);
 #pragma unroll
             for (int i = 0; i < MTW; ++i)
                 if (warp + NW * i < MT) kg_mma(acc[i][j], a[i].h[0], a[i].h[1], a[i].h[2], a[i].h[3], b.h[0], b.h[1]);
@@ -364,12 +388,14 @@ __device__ __forceinline__ void gemm1_wf(const float* As, const float4* Wf, int 
     }
 }
 
-// ---------------- forward: x -> out[n], one launch ----------------
-// grid = n * cl blocks, clusters of cl blocks per image; block `rank` handles tiles rank, rank+cl, ...
-// The cl partial sums are combined in rank order through distributed shared memory: deterministic.
+// ---------------- forward: x -> out[n] ----------------
+// grid = n * cl blocks, cl blocks per image; block `rank` handles tiles rank, rank+cl, ...
+// cl == 1: the block writes out[img]. Otherwise the cl partial sums are added in rank order (deterministic):
+// sm_90: by rank 0 of the image's thread-block cluster, through distributed shared memory (one launch);
+// sm_80: each block stores its sum to fpart[img * cl + rank] and fwd_finish_kernel adds them.
 __global__ void __launch_bounds__(NT, F_MINB)
 fwd_kernel(const float* __restrict__ x, const float* __restrict__ w, const float* __restrict__ b,
-           float* __restrict__ out, int cl) {
+           float* __restrict__ out, float* __restrict__ fpart, int cl) {
     extern __shared__ float4 smem_f4[];
     float* Ws = reinterpret_cast<float*>(smem_f4);
     float4* Wf = reinterpret_cast<float4*>(smem_f4);
@@ -405,7 +431,7 @@ fwd_kernel(const float* __restrict__ x, const float* __restrict__ w, const float
                     __syncthreads();
                 }
                 if constexpr (FWD_WFRAG) gemm1_wf<F_MT, F_MTW>(As, Wf, cc * COCH, acc);
-                else gemm1<F_MT, F_MTW>(As, Ws, cc * COCH, acc);
+                else gemm1<F_MT, F_MTW>(As, Ws, cc * COCH, warp, acc);
             }
 #pragma unroll
             for (int i = 0; i < F_MTW; ++i) {
@@ -445,7 +471,9 @@ fwd_kernel(const float* __restrict__ x, const float* __restrict__ w, const float
         }
         return;
     }
-    cg::cluster_group cluster = cg::this_cluster();
+#if KGEN_SM90
+    (void)fpart;
+    cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
     cluster.sync();
     if (rank == 0 && threadIdx.x == 0) {
         float s = 0.0f;
@@ -453,7 +481,22 @@ fwd_kernel(const float* __restrict__ x, const float* __restrict__ w, const float
         out[img] = s;
     }
     cluster.sync();
+#else
+    if (threadIdx.x == 0) fpart[img * cl + rank] = red[NW];
+#endif
 }
+
+#if !KGEN_SM90
+// out[i] = the cl block sums of sample i, added in rank order (the order of the sm_90 cluster reduction)
+__global__ void __launch_bounds__(256)
+fwd_finish_kernel(const float* __restrict__ fpart, int cl, long long n, float* __restrict__ out) {
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float s = 0.0f;
+    for (int r = 0; r < cl; ++r) s += __ldg(fpart + i * cl + r);
+    out[i] = s;
+}
+#endif
 
 // ---------------- backward ----------------
 // Persistent grid of G blocks over n*B_TILES tiles. Each tile: recompute pre (GEMM1) on core+halo,
@@ -482,55 +525,63 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
         const int ph_base = th * TPH_B - HALO_H, pw_base = tw * TPW_B - HALO_W;
         const float gval = __ldg(gout + img);
         __syncthreads();
-        for (int m = threadIdx.x; m < B_MPAD; m += NT) {
+        // core positions of this tile (owned by it: grad_w, grad_b and grad_x count them once)
+#pragma unroll
+        for (int k = 0; k < (B_MPAD + NT - 1) / NT; ++k) {
+            const int m = threadIdx.x + k * NT;
+            if (B_MPAD % NT != 0 && m >= B_MPAD) break;
             const int eh = m / B_EW, ew = m - eh * B_EW;
             const bool core = m < B_M && eh >= HALO_H && ew >= HALO_W && ph_base + eh < PHO && pw_base + ew < PWO;
             mask[m] = core ? 1.0f : 0.0f;
         }
         // ---- GEMM1: pre -> dpre (all extended positions) ----
+        // Without K chunks, one m-tile per sweep (NT8 x 4 accumulators live, not B_MTW x NT8 x 4: the pair spills
+        // at 128 registers on some shapes); with K chunks the accumulators must outlive each chunk's box sums.
+        constexpr int G1_SWEEPS = NCHUNK == 1 ? B_MTW : 1, G1_MTW = NCHUNK == 1 ? 1 : B_MTW;
         for (int cc = 0; cc < NCO_CH; ++cc) {
-            float acc[B_MTW][NT8][4];
+#pragma unroll 1
+            for (int sweep = 0; sweep < G1_SWEEPS; ++sweep) {
+                float acc[G1_MTW][NT8][4];
 #pragma unroll
-            for (int i = 0; i < B_MTW; ++i)
+                for (int i = 0; i < G1_MTW; ++i)
 #pragma unroll
-                for (int j = 0; j < NT8; ++j)
+                    for (int j = 0; j < NT8; ++j)
 #pragma unroll
-                    for (int r = 0; r < 4; ++r) acc[i][j][r] = 0.0f;
-            for (int ch = 0; ch < NCHUNK; ++ch) {
-                if (NCHUNK > 1 || cc == 0) {
-                    __syncthreads();
-                    if constexpr (NCHUNK > 1) stage_w(Ws, w, ch);
-                    compute_as<B_EW, B_M, B_MPAD, BSU>(x, As, img, ch, ph_base, pw_base);
-                    __syncthreads();
-                    KG_PT(0);
-                }
-                gemm1<B_MT, B_MTW>(As, Ws, cc * COCH, acc);
-            }
-#pragma unroll
-            for (int i = 0; i < B_MTW; ++i) {
-                const int mt = warp + NW * i;
-                if (mt >= B_MT) continue;
-                bool rv[2];
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const int m = mt * 16 + g + 8 * h;
-                    const int eh = m / B_EW, ew = m - eh * B_EW;
-                    const int ph = ph_base + eh, pw = pw_base + ew;
-                    rv[h] = m < B_M && ph >= 0 && ph < PHO && pw >= 0 && pw < PWO;
-                }
-#pragma unroll
-                for (int j = 0; j < NT8; ++j)
-#pragma unroll
-                    for (int r = 0; r < 4; ++r) {
-                        const int m = mt * 16 + g + (r >> 1) * 8;
-                        const int co = cc * COCH + j * 8 + 2 * t + (r & 1);
-                        const float d = gval * act_grad(acc[i][j][r] + bias_s[co]);
-                        Dp[m * CP + co] = (rv[r >> 1] && (CO == CO_ALL || co < CO)) ? d : 0.0f;
+                        for (int r = 0; r < 4; ++r) acc[i][j][r] = 0.0f;
+                for (int ch = 0; ch < NCHUNK; ++ch) {
+                    if ((NCHUNK > 1 || cc == 0) && sweep == 0) {
+                        __syncthreads();
+                        if constexpr (NCHUNK > 1) stage_w(Ws, w, ch);
+                        compute_as<B_EW, B_M, B_MPAD, BSU>(x, As, img, ch, ph_base, pw_base);
+                        __syncthreads();
                     }
+                    gemm1<B_MT, G1_MTW>(As, Ws, cc * COCH, warp + NW * sweep, acc);
+                }
+#pragma unroll
+                for (int i = 0; i < G1_MTW; ++i) {
+                    const int mt = warp + NW * (sweep + i);
+                    if (mt >= B_MT) continue;
+                    bool rv[2];
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const int m = mt * 16 + g + 8 * h;
+                        const int eh = m / B_EW, ew = m - eh * B_EW;
+                        const int ph = ph_base + eh, pw = pw_base + ew;
+                        rv[h] = m < B_M && ph >= 0 && ph < PHO && pw >= 0 && pw < PWO;
+                    }
+#pragma unroll
+                    for (int j = 0; j < NT8; ++j)
+#pragma unroll
+                        for (int r = 0; r < 4; ++r) {
+                            const int m = mt * 16 + g + (r >> 1) * 8;
+                            const int co = cc * COCH + j * 8 + 2 * t + (r & 1);
+                            const float d = gval * act_grad(acc[i][j][r] + bias_s[co]);
+                            Dp[m * CP + co] = (rv[r >> 1] && (CO == CO_ALL || co < CO)) ? d : 0.0f;
+                        }
+                }
             }
         }
         __syncthreads();
-        KG_PT(1);
         if (want_wb) {
             for (int base = 0; base < CO_ALL * DB_SEG; base += NT) {
                 const int idx = base + threadIdx.x;
@@ -546,7 +597,6 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
                 }
             }
         }
-        KG_PT(2);
         for (int ch = 0; ch < NCHUNK; ++ch) {
             if constexpr (NCHUNK > 1) {
                 __syncthreads();
@@ -565,18 +615,16 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
                     for (int q = 0; q < NJP; ++q)
 #pragma unroll
                         for (int r = 0; r < 4; ++r) c[q][r] = prev[q][r] = 0.0f;
-                    if constexpr (DWP) {   // issue the partial's loads now: their latency hides under the mma loop
-                        if (!first) {
+                    if (!first) {   // issue the partial's loads now: their latency hides under the mma loop
 #pragma unroll
-                            for (int q = 0; q < NJP; ++q) {
-                                const int nj = nj0 + WPM * q;
+                        for (int q = 0; q < NJP; ++q) {
+                            const int nj = nj0 + WPM * q;
 #pragma unroll
-                                for (int r = 0; r < 4; ++r) {
-                                    const int co = mi * 16 + g + (r >> 1) * 8;
-                                    const int kk = nj * 8 + 2 * t + (r & 1);
-                                    if (nj < DW_NT && co < CO && kk < KC && ch * CI_CHUNK + kk / KK < CI)
-                                        prev[q][r] = mypart[(size_t)co * KTOT + (size_t)ch * CI_CHUNK * KK + kk];
-                                }
+                            for (int r = 0; r < 4; ++r) {
+                                const int co = mi * 16 + g + (r >> 1) * 8;
+                                const int kk = nj * 8 + 2 * t + (r & 1);
+                                if (nj < DW_NT && co < CO && kk < KC && ch * CI_CHUNK + kk / KK < CI)
+                                    prev[q][r] = mypart[(size_t)co * KTOT + (size_t)ch * CI_CHUNK * KK + kk];
                             }
                         }
                     }
@@ -611,8 +659,7 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
                             const int kk = nj * 8 + 2 * t + (r & 1);
                             if (co < CO && kk < KC && ch * CI_CHUNK + kk / KK < CI) {
                                 float* p = mypart + (size_t)co * KTOT + (size_t)ch * CI_CHUNK * KK + kk;
-                                if constexpr (DWP) *p = first ? c[q][r] : prev[q][r] + c[q][r];
-                                else if (first) *p = c[q][r]; else *p += c[q][r];
+                                *p = first ? c[q][r] : prev[q][r] + c[q][r];
                             }
                         }
                     }
@@ -662,22 +709,22 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
                 }
                 }
             }
-            KG_PT(3);
             if (grad_x != nullptr) {
-                // ---- GEMM3: dBs[m][kk] = sum_co dpre[m][co] * Ws[co][kk] ----
-                float acc3[B_MTW][KN8][4];
-#pragma unroll
-                for (int i = 0; i < B_MTW; ++i)
+                // ---- GEMM3: dBs[m][kk] = sum_co dpre[m][co] * Ws[co][kk], written over As ----
+                // The barrier comes first (dBs overwrites As, which dW reads); then one m-tile at a time, so only
+                // KN8 x 4 accumulators are live (both m-tiles' at once spill at 128 registers on some shapes).
+                __syncthreads();
+#pragma unroll 1
+                for (int i = 0; i < B_MTW; ++i) {
+                    const int mt = warp + NW * i;
+                    if (mt >= B_MT) break;
+                    float acc3[KN8][4];
 #pragma unroll
                     for (int j = 0; j < KN8; ++j)
 #pragma unroll
-                        for (int r = 0; r < 4; ++r) acc3[i][j][r] = 0.0f;
+                        for (int r = 0; r < 4; ++r) acc3[j][r] = 0.0f;
 #pragma unroll G3U
-                for (int ks = 0; ks < CO_ALL / 8; ++ks) {
-#pragma unroll
-                    for (int i = 0; i < B_MTW; ++i) {
-                        const int mt = warp + NW * i;
-                        if (mt >= B_MT) continue;
+                    for (int ks = 0; ks < CO_ALL / 8; ++ks) {
                         KgAFrag a;
                         const float* p = Dp + (mt * 16 + g) * CP + ks * 8 + t;
                         kg_split(p[0], a.h[0], a.l[0]);
@@ -690,25 +737,18 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
                             KgBFrag bf;
                             kg_split(q[0], bf.h[0], bf.l[0]);
                             kg_split(q[4 * KP], bf.h[1], bf.l[1]);
-                            kg_mma3(acc3[i][j], a, bf);
+                            kg_mma3(acc3[j], a, bf);
                         }
                     }
-                }
-                __syncthreads();   // every read of As (box sums) is done
-                KG_PT(4);
-#pragma unroll
-                for (int i = 0; i < B_MTW; ++i) {
-                    const int mt = warp + NW * i;
-                    if (mt >= B_MT) continue;
+                    const int m = mt * 16 + g;
 #pragma unroll
                     for (int j = 0; j < KN8; ++j) {
-                        const int m = mt * 16 + g, kk = j * 8 + 2 * t;
-                        *reinterpret_cast<float2*>(As + m * KP + kk) = make_float2(acc3[i][j][0], acc3[i][j][1]);
-                        *reinterpret_cast<float2*>(As + (m + 8) * KP + kk) = make_float2(acc3[i][j][2], acc3[i][j][3]);
+                        const int kk = j * 8 + 2 * t;
+                        *reinterpret_cast<float2*>(As + m * KP + kk) = make_float2(acc3[j][0], acc3[j][1]);
+                        *reinterpret_cast<float2*>(As + (m + 8) * KP + kk) = make_float2(acc3[j][2], acc3[j][3]);
                     }
                 }
                 __syncthreads();
-                KG_PT(5);
                 // ---- gather grad_x over the pixels owned by this core tile ----
                 const int r_lo = th == 0 ? 0 : max(0, th * TPH_B * S_H - PH);
                 const int r_hi = th == B_TH - 1 ? H : min(H, (th + 1) * TPH_B * S_H - PH);
@@ -868,7 +908,6 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
                 }
             }
         }
-        KG_PT(6);
         first = false;
     }
 }
@@ -887,58 +926,89 @@ wb_reduce_kernel(const float* __restrict__ part, int G, float* __restrict__ gw, 
     }
 }
 
-struct DevInfo { int ready; int sms; int fwd_per_sm; };
-static DevInfo g_dev[64];
+// Launch facts of one device (SM count, resident blocks per SM of each kernel), looked up once per device id for
+// the device current at the call: a process using several GPUs gets one entry each.
+struct DevInfo { int sms; int fwd_per_sm; int bwd_per_sm; };
+constexpr int MAX_DEVICES = 64;
+static DevInfo g_dev[MAX_DEVICES];
+static std::atomic<bool> g_dev_ready[MAX_DEVICES];
+static std::mutex g_dev_mutex;
 
-static cudaError_t dev_info(DevInfo** out) {
+static cudaError_t dev_info(const DevInfo** out) {
     int dev = 0;
     cudaError_t e = cudaGetDevice(&dev);
     if (e != cudaSuccess) return e;
-    if (dev < 0 || dev >= 64) return cudaErrorInvalidDevice;
-    DevInfo& d = g_dev[dev];
-    if (!d.ready) {
-        if ((e = cudaFuncSetAttribute(fwd_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)F_SMEM)) != cudaSuccess) return e;
-        if ((e = cudaFuncSetAttribute(bwd_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)B_SMEM)) != cudaSuccess) return e;
-        if ((e = cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess) return e;
-        if ((e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&d.fwd_per_sm, fwd_kernel, NT, F_SMEM)) != cudaSuccess) return e;
-        if (d.fwd_per_sm < 1) d.fwd_per_sm = 1;
-        d.ready = 1;
+    if (dev < 0 || dev >= MAX_DEVICES) return cudaErrorInvalidDevice;
+    if (!g_dev_ready[dev].load(std::memory_order_acquire)) {
+        std::lock_guard<std::mutex> lock(g_dev_mutex);
+        if (!g_dev_ready[dev].load(std::memory_order_relaxed)) {
+            DevInfo d = {0, 0, 0};
+            if ((e = cudaFuncSetAttribute(fwd_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)F_SMEM)) != cudaSuccess) return e;
+            if ((e = cudaFuncSetAttribute(bwd_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)B_SMEM)) != cudaSuccess) return e;
+            if ((e = cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess) return e;
+            if ((e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&d.fwd_per_sm, fwd_kernel, NT, F_SMEM)) != cudaSuccess) return e;
+            if ((e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&d.bwd_per_sm, bwd_kernel, NT, B_SMEM)) != cudaSuccess) return e;
+            d.sms = d.sms < 1 ? 1 : d.sms;
+            d.fwd_per_sm = d.fwd_per_sm < 1 ? 1 : d.fwd_per_sm;
+            d.bwd_per_sm = d.bwd_per_sm < 1 ? 1 : d.bwd_per_sm;
+            g_dev[dev] = d;
+            g_dev_ready[dev].store(true, std::memory_order_release);
+        }
     }
-    *out = &d;
+    *out = &g_dev[dev];
     return cudaSuccess;
 }
 
-static inline long long bwd_grid(int64_t n) {
-    const long long tiles = (long long)n * B_TILES;
-    return tiles < GRID_BWD ? tiles : GRID_BWD;
-}
-
-#undef KG_PT
-}  // namespace kgen_conv2d_avgpool_act_reduce_acccf95f_ns
-
-extern "C" size_t kgen_conv2d_avgpool_act_reduce_acccf95f_workspace_bytes(int64_t n) {
-    using namespace kgen_conv2d_avgpool_act_reduce_acccf95f_ns;
-    if (n <= 0) return 0;
-    return (size_t)bwd_grid(n) * PART * sizeof(float);
-}
-
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_acccf95f_forward(const float* x, const float* w, const float* b, float* out,
-                                         void* workspace, int64_t n, cudaStream_t stream) {
-    using namespace kgen_conv2d_avgpool_act_reduce_acccf95f_ns;
-    (void)workspace;
-    if (n <= 0) return cudaSuccess;
-    DevInfo* d = nullptr;
-    cudaError_t e = dev_info(&d);
-    if (e != cudaSuccess) return e;
-    // cluster size cl (1..8 blocks per image): minimise waves x tiles-per-block
-    const long long slots = (long long)d->sms * d->fwd_per_sm;
+// Blocks per sample of the forward (1..CL_MAX): minimise waves x tiles-per-block.
+static int fwd_split(int64_t n, const DevInfo& d) {
+    const long long slots = (long long)d.sms * d.fwd_per_sm;
     int cl = 1;
     long long best = -1;
-    for (int c = 1; c <= 8 && c <= F_TILES; ++c) {
+    for (int c = 1; c <= CL_MAX; ++c) {
         const long long waves = ((long long)n * c + slots - 1) / slots;
         const long long cost = waves * ((F_TILES + c - 1) / c);
         if (best < 0 || cost < best) { best = cost; cl = c; }
     }
+    return cl;
+}
+
+// Blocks of the persistent backward kernel: one full wave (every SM filled), fewer when there are fewer tiles.
+// grad_w/grad_b add the blocks' partials in block order: bit-identical from run to run on one device.
+static long long bwd_grid(int64_t n, const DevInfo& d) {
+    const long long tiles = (long long)n * B_TILES, wave = (long long)d.sms * d.bwd_per_sm;
+    return tiles < wave ? tiles : wave;
+}
+}  // namespace kgen_conv2d_avgpool_act_reduce_ad48c530_ns
+
+// Workspace bytes the forward (backward == 0) or the backward (backward != 0) needs at batch n on the current
+// device. Uninitialised memory is fine: every float the kernels read back was written earlier in the same call.
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_ad48c530_workspace_bytes(int64_t n, int backward, size_t* bytes) {
+    using namespace kgen_conv2d_avgpool_act_reduce_ad48c530_ns;
+    *bytes = 0;
+    if (n <= 0) return cudaSuccess;
+    if (!backward) {
+#if !KGEN_SM90
+        *bytes = (size_t)n * CL_MAX * sizeof(float);   // the blocks' partial sums
+#endif
+        return cudaSuccess;
+    }
+    const DevInfo* d = nullptr;
+    const cudaError_t e = dev_info(&d);
+    if (e != cudaSuccess) return e;
+    *bytes = (size_t)bwd_grid(n, *d) * PART * sizeof(float);   // one grad_w/grad_b partial per block
+    return cudaSuccess;
+}
+
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_ad48c530_forward(const float* x, const float* w, const float* b, float* out,
+                                         void* workspace, int64_t n, cudaStream_t stream) {
+    using namespace kgen_conv2d_avgpool_act_reduce_ad48c530_ns;
+    if (n <= 0) return cudaSuccess;
+    const DevInfo* d = nullptr;
+    cudaError_t e = dev_info(&d);
+    if (e != cudaSuccess) return e;
+    const int cl = fwd_split(n, *d);
+    float* fpart = static_cast<float*>(workspace);
+#if KGEN_SM90
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3((unsigned)((long long)n * cl), 1, 1);
     cfg.blockDim = dim3(NT, 1, 1);
@@ -951,33 +1021,37 @@ extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_acccf95f_forward(const flo
     attr[0].val.clusterDim.z = 1;
     cfg.attrs = attr;
     cfg.numAttrs = 1;
-    e = cudaLaunchKernelEx(&cfg, fwd_kernel, x, w, b, out, cl);
+    e = cudaLaunchKernelEx(&cfg, fwd_kernel, x, w, b, out, fpart, cl);
     if (e != cudaSuccess) return e;
+#else
+    fwd_kernel<<<(unsigned)((long long)n * cl), NT, F_SMEM, stream>>>(x, w, b, out, fpart, cl);
+    if (cl > 1) {
+        if ((e = cudaGetLastError()) != cudaSuccess) return e;
+        fwd_finish_kernel<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(fpart, cl, (long long)n, out);
+    }
+#endif
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_acccf95f_backward(const float* grad_out, const float* x, const float* w, const float* b,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_ad48c530_backward(const float* grad_out, const float* x, const float* w, const float* b,
                                           float* grad_x, float* grad_w, float* grad_b, void* workspace,
                                           int64_t n, cudaStream_t stream) {
-    using namespace kgen_conv2d_avgpool_act_reduce_acccf95f_ns;
+    using namespace kgen_conv2d_avgpool_act_reduce_ad48c530_ns;
     const int want_wb = (grad_w != nullptr || grad_b != nullptr) ? 1 : 0;
     float* part = static_cast<float*>(workspace);
     cudaError_t e;
+    long long G = 0;
     if (n > 0 && (want_wb || grad_x != nullptr)) {
-        DevInfo* d = nullptr;
-        e = dev_info(&d);
-        if (e != cudaSuccess) return e;
-        const long long G = bwd_grid(n);
+        const DevInfo* d = nullptr;
+        if ((e = dev_info(&d)) != cudaSuccess) return e;
+        G = bwd_grid(n, *d);
         bwd_kernel<<<(unsigned)G, NT, B_SMEM, stream>>>(grad_out, x, w, b, grad_x, part, (long long)n * B_TILES,
                                                         (int)G, want_wb);
-        e = cudaGetLastError();
-        if (e != cudaSuccess) return e;
+        if ((e = cudaGetLastError()) != cudaSuccess) return e;
     }
-    if (want_wb) {
-        const int G = n > 0 ? (int)bwd_grid(n) : 0;
-        wb_reduce_kernel<<<(PART + 255) / 256, 256, 0, stream>>>(part, G, grad_w, grad_b);
-        e = cudaGetLastError();
-        if (e != cudaSuccess) return e;
+    if (want_wb) {   // G == 0 (empty batch): zeros
+        wb_reduce_kernel<<<(PART + 255) / 256, 256, 0, stream>>>(part, (int)G, grad_w, grad_b);
+        if ((e = cudaGetLastError()) != cudaSuccess) return e;
     }
-    return cudaGetLastError();
+    return cudaSuccess;
 }

@@ -2,7 +2,7 @@
 
 Do not edit: regenerate with `kgen generate kgen/problems/conv2d_avgpool_sigmoid_sum.py` (a hand edit makes kgen refuse to overwrite
 this file without --force).
-kgen-checksum: 538c757e451fb326821acc7c3e1639e04e7e1608e42a6f428c3f5a53993d2cc1
+kgen-checksum: 1a64672b30b16df67b04d380fad3b05d6d31af18cb6e68705e3612846068a2a9
 
 Family conv2d_avgpool_act_reduce; spec 52613d086abfd65f:
     CI = 8
@@ -31,19 +31,21 @@ Family conv2d_avgpool_act_reduce; spec 52613d086abfd65f:
 
 How it works:
     Conv2d then AvgPool2d is one linear map: each pooled pre-activation is bias*PKH*PKW/DIV + (1/DIV) * W . Bs, where
-    Bs is the 4x4 box sum of the input at each conv tap. forward: ONE kernel launch; each block forms
-    Bs for a 5x48 tile of pooled positions in shared memory straight from x, runs the positions x 64
-    x 72 GEMM on tensor cores in 3xTF32 (fp32 accuracy), applies sigmoid and reduces; the blocks
-    of one sample form a thread-block cluster whose partial sums rank 0 adds in a fixed order through distributed
-    shared memory (deterministic, no atomics, no workspace). backward: recomputes the pre-activations per tile
-    (nothing of size batch x channels x H' x W' is stored), gathers grad_x through the pool box and conv taps, and
-    reduces grad_weight / grad_bias from per-block partials in a fixed order in a second small kernel.
+    Bs is the 4x4 box sum of the input at each conv tap. forward: each block forms Bs for a
+    5x48 tile of pooled positions (sm_80/86/89: 4x32) in shared memory straight from x,
+    runs the positions x 64 x 72 GEMM on tensor cores in 3xTF32 (fp32 accuracy), applies
+    sigmoid and reduces; the blocks of one sample add their partial sums in a fixed order (sm_90: one launch,
+    a thread-block cluster through distributed shared memory; sm_80/86/89: a second small kernel), so the result
+    is bit-identical from run to run, with no atomics. backward: recomputes the pre-activations per tile (nothing
+    of size batch x channels x H' x W' is stored), gathers grad_x through the pool box and conv taps, and reduces
+    grad_weight / grad_bias from per-block partials in a fixed order in a second small kernel.
 
 The CUDA and C++ sources below are also written beside this file (kernel.cu, binding.cpp) for reading. They are
 compiled on first import into the extension kgen_conv2d_avgpool_act_reduce_<hash> (the hash covers the sources, compiler flags,
-torch and CUDA versions and the GPU architecture), cached under $KGEN_CACHE_DIR (default ~/.cache/kgen), and
-loaded from there afterwards. Ops: torch.ops.kgen_conv2d_avgpool_act_reduce_acccf95f.forward / .backward, with fake (meta) kernels and autograd
-registered below, so torch.compile(fullgraph=True) and torch.library.opcheck work.
+torch and CUDA versions and the target architectures), cached under $KGEN_CACHE_DIR (else
+$TORCH_EXTENSIONS_DIR/kgen, else ~/.cache/kgen), and loaded from there afterwards. Ops: torch.ops.kgen_conv2d_avgpool_act_reduce_ad48c530.forward / .backward; autograd is registered in C++ (the
+Autograd dispatch key) and fake kernels below, so a training step runs no Python beyond forward's call, and
+torch.compile(fullgraph=True) and torch.library.opcheck work.
 """
 
 import math
@@ -53,7 +55,6 @@ import torch.nn as nn
 
 # ---- the problem file, minus class Model (get_inputs, get_init_inputs and their globals) -----------------------
 import torch
-import torch.nn as nn
 
 
 batch_size = 128
@@ -75,31 +76,55 @@ def get_init_inputs():
 """kgen runtime: compile a generated extension once, then load it from the cache.
 
 This file's text is inlined verbatim into every generated model_new.py (which must work when its text alone is
-exec'd), so it imports nothing from kgen and prefixes every name with ``kgen_``.
+exec'd), so it imports nothing from kgen and prefixes every name with ``kgen_``. The text also meets the strict
+rules of KernelBench's static checker (restated in tests/test_cli.py): no error handlers and no empty statements,
+not even as words inside strings.
 
-Cache layout: ``$KGEN_CACHE_DIR`` (default ``~/.cache/kgen``) holds one folder per extension, named
-``kgen_<family>_<sha8>`` where the hash covers the rendered sources, the compiler flags, the torch and CUDA versions
-and the GPU architecture. A build runs under an OS-level ``fcntl.flock`` (released by the kernel if the builder dies,
+Target architectures: a set ``TORCH_CUDA_ARCH_LIST`` is left alone (torch's load_inline reads it and adds its own
+-gencode flags); unset (or "native"), kgen builds for the current GPU by giving nvcc explicit -gencode flags, which
+makes torch skip its own. Kernels pick their path with ``#if KGEN_SM90``: 1 when every target is sm_90 or newer
+and ``KGEN_FORCE_SM80`` is not "1", else 0 (the sm_80 path). A GPU below sm_80 is refused before any compile.
+
+Cache layout: the root is ``$KGEN_CACHE_DIR``, else ``$TORCH_EXTENSIONS_DIR/kgen``, else ``~/.cache/kgen``; it holds
+one folder per extension, named ``kgen_<family>_<sha8>`` where the hash covers the rendered sources, the compiler
+flags (the KGEN_SM90 define and the -gencode flags of the sorted target list included), the torch, CUDA and Python
+versions. A build runs under an OS-level ``fcntl.flock`` (released when its file is closed or the builder dies,
 unlike torch's own lock file), and a finished build records the shared object's SHA-256 in ``kgen_manifest.txt``:
 a missing or mismatching manifest (an interrupted build, a truncated file) means rebuild, never load.
 """
 
 import fcntl
 import hashlib
+import importlib.util
 import os
+import re
 import sys
 import types
 
 KGEN_NVCC_FLAGS = ("-O3", "-lineinfo")
 KGEN_CXX_FLAGS = ("-O3",)
+KGEN_MIN_CAPABILITY = (8, 0)
+# TORCH_CUDA_ARCH_LIST's names, expanded as torch expands them (combined names first).
+KGEN_NAMED_ARCHS = (
+    ("Kepler+Tesla", "3.7"), ("Kepler", "3.5+PTX"), ("Maxwell+Tegra", "5.3"), ("Maxwell", "5.0;5.2+PTX"),
+    ("Pascal", "6.0;6.1+PTX"), ("Volta+Tegra", "7.2"), ("Volta", "7.0+PTX"), ("Turing", "7.5+PTX"),
+    ("Ampere+Tegra", "8.7"), ("Ampere", "8.0;8.6+PTX"), ("Ada", "8.9+PTX"), ("Hopper", "9.0+PTX"),
+    ("Blackwell+Tegra", "11.0"), ("Blackwell", "10.0;10.3;12.0;12.1+PTX"),
+)
+KGEN_ARCH_RE = re.compile(r"^(\d+)\.(\d+)([af]?)(\+PTX)?$")
 
 
 def kgen_cache_dir():
-    return os.environ.get("KGEN_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "kgen")
+    """The cache root: $KGEN_CACHE_DIR, else $TORCH_EXTENSIONS_DIR/kgen, else ~/.cache/kgen."""
+    if os.environ.get("KGEN_CACHE_DIR"):
+        return os.environ["KGEN_CACHE_DIR"]
+    if os.environ.get("TORCH_EXTENSIONS_DIR"):
+        return os.path.join(os.environ["TORCH_EXTENSIONS_DIR"], "kgen")
+    return os.path.join(os.path.expanduser("~"), ".cache", "kgen")
 
 
 def kgen_loaded():
-    """Process-wide record {library namespace: extension name}; survives exec'ing model_new.py twice."""
+    """Process-wide record {library namespace: extension module}; survives exec'ing model_new.py twice."""
     mod = sys.modules.get("kgen_runtime_state")
     if mod is None:
         mod = types.ModuleType("kgen_runtime_state")
@@ -109,15 +134,143 @@ def kgen_loaded():
     return mod
 
 
-def kgen_build_key(cuda_source, cpp_source, arch):
+def kgen_arch_env():
+    """The user's TORCH_CUDA_ARCH_LIST, stripped; "" when unset or "native" (kgen then targets the current GPU)."""
+    value = os.environ.get("TORCH_CUDA_ARCH_LIST", "").strip()
+    return "" if value == "native" else value
+
+
+def kgen_arch_fields(arch):
+    """"9.0+PTX" -> (9, 0, "", True); None for text that is no architecture."""
+    m = KGEN_ARCH_RE.match(arch)
+    if m is None:
+        return None
+    return int(m.group(1)), int(m.group(2)), m.group(3), bool(m.group(4))
+
+
+def kgen_parse_arch_list(text):
+    """A TORCH_CUDA_ARCH_LIST value as torch reads it (space or ';' separated, names expanded), deduplicated and
+    sorted by version; entries below sm_80 or unknown ones raise one RuntimeError naming them."""
+    expanded = text.replace(" ", ";")
+    for named, archs in KGEN_NAMED_ARCHS:
+        expanded = expanded.replace(named, archs)
+    archs = sorted({a for a in expanded.split(";") if a}, key=lambda a: kgen_arch_fields(a) or (0, 0, a, False))
+    for arch in archs:
+        fields = kgen_arch_fields(arch)
+        if fields is None:
+            raise RuntimeError("kgen: TORCH_CUDA_ARCH_LIST=%r has the unknown entry %r; use entries like 8.0, 8.6 or "
+                               "9.0+PTX, or unset it to build for this GPU" % (text, arch))
+        if fields[:2] < KGEN_MIN_CAPABILITY:
+            raise RuntimeError("kgen: TORCH_CUDA_ARCH_LIST=%r includes %s, but kgen's kernels need compute capability "
+                               "8.0+; remove the entries below 8.0, or unset it to build for this GPU" % (text, arch))
+    if not archs:
+        raise RuntimeError("kgen: TORCH_CUDA_ARCH_LIST=%r names no architecture; unset it to build for this GPU" % text)
+    return archs
+
+
+def kgen_target_archs(capability=None, supported=None):
+    """The sorted architectures to compile for: TORCH_CUDA_ARCH_LIST's when set, else the GPU's ``capability``
+    (default: the current device's). As torch does, a capability newer than this torch build's newest sm_XY
+    (``supported``, default torch.cuda.get_arch_list()) is built as that newest one plus PTX."""
+    if kgen_arch_env():
+        return kgen_parse_arch_list(kgen_arch_env())
     import torch
 
+    if capability is None:
+        capability = torch.cuda.get_device_capability()
+    if supported is None:
+        supported = torch.cuda.get_arch_list()
+    known = [int(m.group(1)) for m in (re.match(r"sm_(\d+)", s) for s in supported) if m]
+    if known and tuple(capability) > divmod(max(known), 10):
+        return ["%d.%d+PTX" % divmod(max(known), 10)]
+    return ["%d.%d" % tuple(capability)]
+
+
+def kgen_sm90_path(archs=None):
+    """True when the kernels are built with KGEN_SM90=1 (the Hopper path, thread block clusters): every target
+    architecture is 9.0 or newer and KGEN_FORCE_SM80 is not "1". ``archs`` defaults to this process's targets."""
+    if archs is None:
+        archs = kgen_target_archs()
+    if os.environ.get("KGEN_FORCE_SM80") == "1":
+        return False
+    return all(kgen_arch_fields(a)[0] >= 9 for a in archs)
+
+
+def kgen_gencode_flags(archs):
+    """nvcc's -gencode flags for the architectures, written as torch writes them (SASS, plus PTX for "+PTX")."""
+    flags = []
+    for arch in archs:
+        major, minor, suffix, ptx = kgen_arch_fields(arch)
+        num = "%d%d%s" % (major, minor, suffix)
+        flags.append("-gencode=arch=compute_%s,code=sm_%s" % (num, num))
+        if ptx:
+            flags.append("-gencode=arch=compute_%s,code=compute_%s" % (num, num))
+    return sorted(set(flags), key=flags.index)
+
+
+def kgen_compile_flags(archs):
+    """(C++ flags, nvcc flags) without -gencode: the base flags plus the KGEN_SM90 path define. None of them may
+    contain the text "arch": torch drops its own -gencode flags when one does."""
+    define = "-DKGEN_SM90=%d" % kgen_sm90_path(archs)
+    return list(KGEN_CXX_FLAGS) + [define], list(KGEN_NVCC_FLAGS) + [define]
+
+
+def kgen_arch_names(archs):
+    """["8.0+PTX", "9.0"] -> "sm_80+PTX, sm_90" (for messages)."""
+    return ", ".join("sm_" + a.replace(".", "") for a in archs)
+
+
+def kgen_build_key(cuda_source, cpp_source, archs):
+    """SHA-256 over everything that changes the binary: sources, flags, sorted targets, torch/CUDA/Python versions.
+
+    The same targets give the same key whether they come from TORCH_CUDA_ARCH_LIST or from the GPU."""
+    import torch
+
+    cxx_flags, nvcc_flags = kgen_compile_flags(archs)
     h = hashlib.sha256()
-    for part in (cuda_source, cpp_source, " ".join(KGEN_NVCC_FLAGS), " ".join(KGEN_CXX_FLAGS), torch.__version__,
-                 str(torch.version.cuda), arch, "%d.%d" % sys.version_info[:2]):
+    for part in (cuda_source, cpp_source, " ".join(nvcc_flags), " ".join(cxx_flags), " ".join(kgen_gencode_flags(archs)),
+                 ";".join(archs), torch.__version__, str(torch.version.cuda), "%d.%d" % sys.version_info[:2]):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()
+
+
+def kgen_check_device(capability, name):
+    """One clear error for a GPU below compute capability 8.0, raised before anything is compiled."""
+    if tuple(capability) < KGEN_MIN_CAPABILITY:
+        raise RuntimeError("kgen: the GPU %s has compute capability %d.%d, and kgen's kernels need compute capability "
+                           "8.0+ (A100, RTX 30xx or newer); run on such a GPU" % (name, capability[0], capability[1]))
+
+
+def kgen_check_archs(archs, capability, name):
+    """Refuse a TORCH_CUDA_ARCH_LIST whose code cannot run on this GPU (torch would fail at the first launch with
+    "no kernel image is available")."""
+    for arch in archs:
+        major, minor, suffix, ptx = kgen_arch_fields(arch)
+        if suffix:
+            runs = (major, minor) == tuple(capability)
+        else:
+            runs = (major == capability[0] and minor <= capability[1]) or (ptx and (major, minor) <= tuple(capability))
+        if runs:
+            return
+    raise RuntimeError("kgen: TORCH_CUDA_ARCH_LIST=%r has no code that runs on the GPU %s (sm_%d%d); add %d.%d to it, "
+                       "or unset it to build for this GPU" % (kgen_arch_env(), name, capability[0], capability[1],
+                                                               capability[0], capability[1]))
+
+
+def kgen_make_dir(path):
+    """Create the folder and its parents; an unusable cache location raises one RuntimeError naming it and the fix
+    (checked up front, so no OSError traceback)."""
+    probe = os.path.abspath(path)
+    while not os.path.isdir(probe):
+        if os.path.lexists(probe):
+            raise RuntimeError("kgen: cache folder %s: %s is a file, not a folder; set KGEN_CACHE_DIR to a writable "
+                               "folder" % (path, probe))
+        probe = os.path.dirname(probe)
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise RuntimeError("kgen: cache folder %s: no write permission in %s; set KGEN_CACHE_DIR to a writable "
+                           "folder" % (path, probe))
+    os.makedirs(path, exist_ok=True)
 
 
 def kgen_file_sha256(path):
@@ -131,12 +284,13 @@ def kgen_file_sha256(path):
 def kgen_cache_valid(so_path, manifest_path, key):
     if not (os.path.isfile(so_path) and os.path.isfile(manifest_path)):
         return False
-    with open(manifest_path) as f:
-        manifest = dict(line.split(" ", 1) for line in f.read().splitlines() if " " in line)
+    with open(manifest_path, "rb") as f:
+        text = f.read().decode("utf-8", "replace")
+    manifest = dict(line.split(" ", 1) for line in text.splitlines() if " " in line)
     return manifest.get("key") == key and manifest.get("so_sha256") == kgen_file_sha256(so_path)
 
 
-def kgen_compile(ext_name, build_dir, cuda_source, cpp_source, arch):
+def kgen_compile(ext_name, build_dir, cuda_source, cpp_source, archs):
     import torch.utils.cpp_extension as cpp_ext
 
     # We hold the flock: a torch 'lock' file here was left by a killed build and would make load_inline wait forever.
@@ -149,73 +303,92 @@ def kgen_compile(ext_name, build_dir, cuda_source, cpp_source, arch):
     kwargs = {}
     if "no_implicit_headers" in cpp_ext.load_inline.__code__.co_varnames:
         kwargs["no_implicit_headers"] = True
-    old_arch = os.environ.get("TORCH_CUDA_ARCH_LIST")
-    os.environ["TORCH_CUDA_ARCH_LIST"] = arch
-    try:  # a failed build raises torch's "Error building extension" with the compiler's lines and source paths
-        cpp_ext.load_inline(
-            name=ext_name, cpp_sources=[cpp_source], cuda_sources=[cuda_source],
-            extra_cflags=list(KGEN_CXX_FLAGS), extra_cuda_cflags=list(KGEN_NVCC_FLAGS),
-            build_directory=build_dir, is_python_module=False, verbose=False, **kwargs)
-    finally:
-        if old_arch is None:
-            del os.environ["TORCH_CUDA_ARCH_LIST"]
-        else:
-            os.environ["TORCH_CUDA_ARCH_LIST"] = old_arch
+    cxx_flags, nvcc_flags = kgen_compile_flags(archs)
+    if not kgen_arch_env():  # explicit targets; a set TORCH_CUDA_ARCH_LIST is read by torch itself
+        nvcc_flags += kgen_gencode_flags(archs)
+    # A failed build raises torch's "Error building extension" with the compiler's lines and source paths.
+    cpp_ext.load_inline(
+        name=ext_name, cpp_sources=[cpp_source], cuda_sources=[cuda_source],
+        extra_cflags=cxx_flags, extra_cuda_cflags=nvcc_flags,
+        build_directory=build_dir, is_python_module=True, verbose=False, **kwargs)
+
+
+def kgen_import(ext_name, so_path):
+    """Import the built extension as a Python module (its TORCH_LIBRARY ops register as it loads); its pybind
+    functions are the fast path from Python, torch.ops.<namespace> the dispatcher path."""
+    spec = importlib.util.spec_from_file_location(ext_name, so_path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def kgen_load_extension(namespace, cuda_source, cpp_source):
     """Make the ops of TORCH_LIBRARY(namespace) available under torch.ops.<namespace>; build once, then cache.
 
-    Returns the extension's content-hash name.
+    Returns the extension module (its pybind functions are the fast path). The first build prints one line on
+    stderr; a cache hit prints nothing.
     """
     import torch
 
     state = kgen_loaded()
     if namespace in state.loaded:
         return state.loaded[namespace]
-    major, minor = torch.cuda.get_device_capability()
-    arch = "%d.%d" % (major, minor)
-    key = kgen_build_key(cuda_source, cpp_source, arch)
+    device = torch.cuda.current_device()
+    capability = tuple(torch.cuda.get_device_capability(device))
+    name = torch.cuda.get_device_name(device)
+    kgen_check_device(capability, name)
+    archs = kgen_target_archs(capability)
+    kgen_check_archs(archs, capability, name)
+    key = kgen_build_key(cuda_source, cpp_source, archs)
     ext_name = "%s_%s" % (namespace.rsplit("_", 1)[0], key[:8])
     root = kgen_cache_dir()
     build_dir = os.path.join(root, ext_name)
-    os.makedirs(build_dir, exist_ok=True)
+    kgen_make_dir(root)
+    kgen_make_dir(build_dir)
     so_path = os.path.join(build_dir, ext_name + ".so")
     manifest_path = os.path.join(build_dir, "kgen_manifest.txt")
-    with open(os.path.join(root, ext_name + ".lock"), "a+") as lock:
+    with open(os.path.join(root, ext_name + ".lock"), "a+") as lock:  # closing the file releases the flock
         fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            if not kgen_cache_valid(so_path, manifest_path, key):
-                kgen_compile(ext_name, build_dir, cuda_source, cpp_source, arch)
-                tmp = manifest_path + ".tmp"
-                with open(tmp, "w") as f:
-                    f.write("key %s\nso_sha256 %s\nnamespace %s\ntorch %s\ncuda %s\narch %s\n" % (
-                        key, kgen_file_sha256(so_path), namespace, torch.__version__, torch.version.cuda, arch))
-                os.replace(tmp, manifest_path)
-            torch.ops.load_library(so_path)
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-    state.loaded[namespace] = ext_name
-    return ext_name
+        if not kgen_cache_valid(so_path, manifest_path, key):
+            sys.stderr.write("kgen: building %s for %s (first use; cached under %s)\n"
+                             % (ext_name, kgen_arch_names(archs), root))
+            sys.stderr.flush()
+            kgen_compile(ext_name, build_dir, cuda_source, cpp_source, archs)
+            tmp = manifest_path + ".tmp"
+            with open(tmp, "w") as f:
+                f.write("key %s\nso_sha256 %s\nnamespace %s\ntorch %s\ncuda %s\narch %s\narch_env %s\nsm90 %d\n" % (
+                    key, kgen_file_sha256(so_path), namespace, torch.__version__, torch.version.cuda, ";".join(archs),
+                    kgen_arch_env() or "-", kgen_sm90_path(archs)))
+            os.replace(tmp, manifest_path)
+        module = kgen_import(ext_name, so_path)
+    state.loaded[namespace] = module
+    return module
 
 # ---- generated kernels ------------------------------------------------------------------------------------------
-KGEN_NAMESPACE = "kgen_conv2d_avgpool_act_reduce_acccf95f"
-KGEN_CUDA_SOURCE = r'''// kgen: fused Conv2d -> AvgPool2d -> sigmoid -> sum over [C,H,W]  (kgen_conv2d_avgpool_act_reduce_acccf95f)
+KGEN_NAMESPACE = "kgen_conv2d_avgpool_act_reduce_ad48c530"
+KGEN_CUDA_SOURCE = r'''// kgen: fused Conv2d -> AvgPool2d -> sigmoid -> sum over [C,H,W]  (kgen_conv2d_avgpool_act_reduce_ad48c530)
 // Pool-first: conv followed by avg-pool is one linear map, so each pooled output is
 //   pre[n,co,ph,pw] = bias[co] + sum_k (W[co,k]/DIV) * Bs[n,ph,pw,k]   (k = ci*KH*KW + ky*KW + kx)
 // where Bs is a PKH x PKW box sum of the (zero-padded) input at the conv tap offsets.
 // The per-tile GEMM (positions x CO x K) runs on tensor cores in 3xTF32 (fp32-level accuracy).
+// Two paths, chosen by the build: KGEN_SM90=1 (every target arch >= 9.0) reduces the forward's per-sample partial
+// sums through thread-block clusters; KGEN_SM90=0 (sm_80/86/89) writes them to the workspace and adds them in a
+// second small kernel. Both are deterministic (fixed summation order).
 // Rendered by Jinja; self-contained (only CUDA/system headers).
+#ifndef KGEN_SM90
+#define KGEN_SM90 0
+#endif
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <stddef.h>
 #include <math.h>
+#include <atomic>
+#include <mutex>
+#if KGEN_SM90
 #include <cooperative_groups.h>
+#endif
 
-namespace kgen_conv2d_avgpool_act_reduce_acccf95f_ns {
-namespace cg = cooperative_groups;
-
-constexpr bool DEV_MMA1 = 0;   // dev timing only: hi*hi pass alone (NOT accurate)
+namespace kgen_conv2d_avgpool_act_reduce_ad48c530_ns {
 
 // ---- 3xTF32 tensor-core helpers (mma.sync m16n8k8, fp32-level accuracy) ----
 // a = hi + lo with hi = rna(a) in tf32; lo is passed raw (the tensor core ignores its low 13 bits).
@@ -236,10 +409,8 @@ __device__ __forceinline__ void kg_mma(float (&c)[4], uint32_t a0, uint32_t a1, 
 struct KgAFrag { uint32_t h[4], l[4]; };
 struct KgBFrag { uint32_t h[2], l[2]; };
 __device__ __forceinline__ void kg_mma3(float (&c)[4], const KgAFrag& a, const KgBFrag& b) {
-    if (!DEV_MMA1) {
-        kg_mma(c, a.l[0], a.l[1], a.l[2], a.l[3], b.h[0], b.h[1]);
-        kg_mma(c, a.h[0], a.h[1], a.h[2], a.h[3], b.l[0], b.l[1]);
-    }
+    kg_mma(c, a.l[0], a.l[1], a.l[2], a.l[3], b.h[0], b.h[1]);
+    kg_mma(c, a.h[0], a.h[1], a.h[2], a.h[3], b.l[0], b.l[1]);
     kg_mma(c, a.h[0], a.h[1], a.h[2], a.h[3], b.h[0], b.h[1]);
 }
 
@@ -248,15 +419,26 @@ constexpr int CI = 8, H = 384, W = 384, CO = 64;
 constexpr int KH = 3, KW = 3, SH = 1, SW = 1;
 constexpr int PH = 0, PW = 0, DH = 1, DW = 1;
 constexpr int PKH = 4, PKW = 4, PSH = 4, PSW = 4, DIV = 16;
-// tiling (chosen by derive() in Python)
+// tiling, chosen by derive() in Python for each path's shared memory
+#if KGEN_SM90
 constexpr int TPH = 5, TPW = 48;          // forward tile, pooled positions
 constexpr int TPH_B = 7, TPW_B = 19;  // backward core tile, pooled positions
-constexpr int CI_CHUNK = 8;                  // input channels per K chunk
-constexpr int GRID_BWD = 264;                  // max blocks of the backward kernel
+constexpr int CI_CHUNK = 8;                    // input channels per K chunk
+constexpr bool FWD_WFRAG = true;        // forward keeps W as pre-split tf32 hi/lo B fragments
+constexpr size_t F_SMEM_PY = 110208, B_SMEM_PY = 112512;  // derive()'s shared-memory sizes
+constexpr size_t SMEM_MAX = 227 * 1024;   // opt-in shared memory per block (sm_90)
+constexpr size_t SMEM_2B = 113 * 1024;    // two blocks per SM fit at or below this
+#else
+constexpr int TPH = 4, TPW = 32;          // forward tile, pooled positions
+constexpr int TPH_B = 5, TPW_B = 20;  // backward core tile, pooled positions
+constexpr int CI_CHUNK = 8;                    // input channels per K chunk
+constexpr bool FWD_WFRAG = false;        // forward keeps W as pre-split tf32 hi/lo B fragments
+constexpr size_t F_SMEM_PY = 58752, B_SMEM_PY = 93952;  // derive()'s shared-memory sizes
+constexpr size_t SMEM_MAX = 99 * 1024;    // opt-in shared memory per block on sm_86/89 (sm_80: 163 KB)
+constexpr size_t SMEM_2B = 81 * 1024;     // two blocks per SM fit at or below this on sm_80
+#endif
 constexpr int BSU = 1, DWU = 2, G3U = 1;  // backward loop unrolls (box sums, dW, GEMM3)
-constexpr int GU = 1;                  // unroll of the fast grad_x gather's cell loop
-constexpr bool DWP = 1;               // load the block's grad_w partial before (not after) the dW mma loop
-constexpr bool FWD_WFRAG = 1;   // forward keeps W as pre-split tf32 hi/lo B fragments (needs the 240-position tile budget)
+constexpr int GU = 1;                                      // unroll of the cell gather's loop
 
 constexpr int HO = (H + 2 * PH - DH * (KH - 1) - 1) / SH + 1;
 constexpr int WO = (W + 2 * PW - DW * (KW - 1) - 1) / SW + 1;
@@ -289,8 +471,9 @@ constexpr int DW_MS0 = HALO_H * B_EW / 8, DW_MS1 = (B_M + 7) / 8;   // 8-positio
 constexpr int NPH = (PKH + PSH - 1) / PSH, NPW = (PKW + PSW - 1) / PSW;
 constexpr int DB_SEG = CO_ALL >= NT ? 1 : (NT / CO_ALL >= 32 ? 32 : NT / CO_ALL >= 16 ? 16 : NT / CO_ALL >= 8 ? 8
                        : NT / CO_ALL >= 4 ? 4 : NT / CO_ALL >= 2 ? 2 : 1);   // threads per channel for grad_b
-constexpr int PART = CO * KTOT + CO;
-constexpr float BSCALE = (float)(PKH * PKW) / (float)DIV;  // avg-pool of a constant bias with divisor_override                      // floats of one block's grad_w/grad_b partial
+constexpr int PART = CO * KTOT + CO;                       // floats of one block's grad_w/grad_b partial
+constexpr float BSCALE = (float)(PKH * PKW) / (float)DIV;  // avg-pool of a constant bias with divisor_override
+constexpr int CL_MAX = F_TILES < 8 ? F_TILES : 8;         // forward blocks per sample (cluster size on sm_90)
 constexpr bool VEC4 = (S_W % 4 == 0) && (PW % 4 == 0) && (W % 4 == 0);
 constexpr int PC4 = (PC + 3) / 4;
 constexpr int KPADW = KC8 > KC ? KC8 - KC : 1;
@@ -309,7 +492,6 @@ __host__ __device__ constexpr bool col_used(int cc) {
 // fast grad_x gather (stride-1, undilated conv; non-overlapping pool with stride == kernel): each thread takes one
 // PKH x PKW cell of input pixels (u = r + PH = PKH*P + i) of one channel; every dBs term is at a compile-time
 // offset from the cell's pooled position (P + dh, Q + dw), dh = floor((i - ky) / PKH) in [G_DH0, 0].
-#define KG_PT(k) do { } while (0)
 constexpr bool FASTG = SH == 1 && SW == 1 && DH == 1 && DW == 1 && PSH == PKH && PSW == PKW;
 __host__ __device__ constexpr int fdiv(int a, int b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
 constexpr int G_DH0 = fdiv(-(KH - 1), PKH), G_NDH = 1 - G_DH0;
@@ -331,9 +513,17 @@ constexpr size_t B_SMEM = (size_t)(CO_ALL * KP + B_MPAD * KP + B_MPAD * CP + B_M
 constexpr bool NEED_BOUNDS = (PH > 0 || PW > 0);  // without padding a valid window never leaves the image
 // (large box-sum footprints PR*KW > 20 get the full register file: 1 block/SM guaranteed, no spills)
 constexpr bool SLIM = PR * KW <= 20;
-constexpr int F_MINB = (SLIM && F_SMEM <= 113 * 1024) ? 2 : 1;  // (3 blocks/SM at <= 80 registers measured slower)
-constexpr int B_MINB = (SLIM && B_SMEM <= 113 * 1024) ? 2 : 1;
-static_assert(F_SMEM <= 227 * 1024 && B_SMEM <= 227 * 1024, "tile does not fit shared memory");
+// K chunks keep the GEMM accumulators live through the next chunk's box sums: no 128-register cap either
+constexpr int F_MINB = (SLIM && NCHUNK == 1 && F_SMEM <= SMEM_2B) ? 2 : 1;  // (3 blocks/SM at <= 80 registers measured slower)
+constexpr int B_MINB = (SLIM && NCHUNK == 1 && B_SMEM <= SMEM_2B) ? 2 : 1;
+static_assert(F_SMEM == F_SMEM_PY && B_SMEM == B_SMEM_PY, "derive() and the template disagree on the smem layout");
+#if KGEN_SM90
+static_assert(F_SMEM <= SMEM_MAX && B_SMEM <= SMEM_MAX, "tile does not fit shared memory");
+#else
+static_assert(F_SMEM <= SMEM_MAX && B_SMEM <= SMEM_MAX,
+              "kgen: this shape's tiles need more than the 99 KB of shared memory per block of sm_80/86/89 GPUs; "
+              "run it on sm_90 or newer");
+#endif
 
 // ---------------- activation ----------------
 __device__ __forceinline__ float act_fwd(float v) {
@@ -492,10 +682,10 @@ __device__ __forceinline__ void compute_as(const float* __restrict__ x, float* A
     }
 }
 
-// acc[i][j] (m-tile warp+NW*i, n-tile j of channel pass co0) += As * Ws^T  over this K chunk
+// acc[i][j] (m-tile mt0+NW*i, n-tile j of channel pass co0) += As * Ws^T  over this K chunk
 template <int MT, int MTW>
-__device__ __forceinline__ void gemm1(const float* As, const float* Ws, int co0, float (&acc)[MTW][NT8][4]) {
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+__device__ __forceinline__ void gemm1(const float* As, const float* Ws, int co0, int mt0, float (&acc)[MTW][NT8][4]) {
+    const int warp = mt0, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 #pragma unroll
     for (int ks = 0; ks < KN8; ++ks) {
         KgAFrag a[MTW];
@@ -518,10 +708,10 @@ __device__ __forceinline__ void gemm1(const float* As, const float* Ws, int co0,
             kg_split(q[4], b.h[1], b.l[1]);
 #pragma unroll
             for (int i = 0; i < MTW; ++i)
-                if (!DEV_MMA1 && warp + NW * i < MT) kg_mma(acc[i][j], a[i].l[0], a[i].l[1], a[i].l[2], a[i].l[3], b.h[0], b.h[1]);
+                if (warp + NW * i < MT) kg_mma(acc[i][j], a[i].l[0], a[i].l[1], a[i].l[2], a[i].l[3], b.h[0], b.h[1]);
 #pragma unroll
             for (int i = 0; i < MTW; ++i)
-                if (!DEV_MMA1 && warp + NW * i < MT) kg_mma(acc[i][j], a[i].h[0], a[i].h[1], a[i].h[2], a[i].h[3], b.l[0], b.l[1]);
+                if (warp + NW * i < MT) kg_mma(acc[i][j], a[i].h[0], a[i].h[1], a[i].h[2], a[i].h[3], b.l[0], b.l[1]);
 #pragma unroll
             for (int i = 0; i < MTW; ++i)
                 if (warp + NW * i < MT) kg_mma(acc[i][j], a[i].h[0], a[i].h[1], a[i].h[2], a[i].h[3], b.h[0], b.h[1]);
@@ -555,10 +745,10 @@ __device__ __forceinline__ void gemm1_wf(const float* As, const float4* Wf, int 
             b.l[0] = __float_as_uint(v.z); b.l[1] = __float_as_uint(v.w);
 #pragma unroll
             for (int i = 0; i < MTW; ++i)
-                if (!DEV_MMA1 && warp + NW * i < MT) kg_mma(acc[i][j], a[i].l[0], a[i].l[1], a[i].l[2], a[i].l[3], b.h[0], b.h[1]);
+                if (warp + NW * i < MT) kg_mma(acc[i][j], a[i].l[0], a[i].l[1], a[i].l[2], a[i].l[3], b.h[0], b.h[1]);
 #pragma unroll
             for (int i = 0; i < MTW; ++i)
-                if (!DEV_MMA1 && warp + NW * i < MT) kg_mma(acc[i][j], a[i].h[0], a[i].h[1], a[i].h[2], a[i].h[3], b.l[0], b.l[1]);
+                if (warp + NW * i < MT) kg_mma(acc[i][j], a[i].h[0], a[i].h[1], a[i].h[2], a[i].h[3], b.l[0], b.l[1]);
 #pragma unroll
             for (int i = 0; i < MTW; ++i)
                 if (warp + NW * i < MT) kg_mma(acc[i][j], a[i].h[0], a[i].h[1], a[i].h[2], a[i].h[3], b.h[0], b.h[1]);
@@ -566,12 +756,14 @@ __device__ __forceinline__ void gemm1_wf(const float* As, const float4* Wf, int 
     }
 }
 
-// ---------------- forward: x -> out[n], one launch ----------------
-// grid = n * cl blocks, clusters of cl blocks per image; block `rank` handles tiles rank, rank+cl, ...
-// The cl partial sums are combined in rank order through distributed shared memory: deterministic.
+// ---------------- forward: x -> out[n] ----------------
+// grid = n * cl blocks, cl blocks per image; block `rank` handles tiles rank, rank+cl, ...
+// cl == 1: the block writes out[img]. Otherwise the cl partial sums are added in rank order (deterministic):
+// sm_90: by rank 0 of the image's thread-block cluster, through distributed shared memory (one launch);
+// sm_80: each block stores its sum to fpart[img * cl + rank] and fwd_finish_kernel adds them.
 __global__ void __launch_bounds__(NT, F_MINB)
 fwd_kernel(const float* __restrict__ x, const float* __restrict__ w, const float* __restrict__ b,
-           float* __restrict__ out, int cl) {
+           float* __restrict__ out, float* __restrict__ fpart, int cl) {
     extern __shared__ float4 smem_f4[];
     float* Ws = reinterpret_cast<float*>(smem_f4);
     float4* Wf = reinterpret_cast<float4*>(smem_f4);
@@ -607,7 +799,7 @@ fwd_kernel(const float* __restrict__ x, const float* __restrict__ w, const float
                     __syncthreads();
                 }
                 if constexpr (FWD_WFRAG) gemm1_wf<F_MT, F_MTW>(As, Wf, cc * COCH, acc);
-                else gemm1<F_MT, F_MTW>(As, Ws, cc * COCH, acc);
+                else gemm1<F_MT, F_MTW>(As, Ws, cc * COCH, warp, acc);
             }
 #pragma unroll
             for (int i = 0; i < F_MTW; ++i) {
@@ -647,7 +839,9 @@ fwd_kernel(const float* __restrict__ x, const float* __restrict__ w, const float
         }
         return;
     }
-    cg::cluster_group cluster = cg::this_cluster();
+#if KGEN_SM90
+    (void)fpart;
+    cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
     cluster.sync();
     if (rank == 0 && threadIdx.x == 0) {
         float s = 0.0f;
@@ -655,7 +849,22 @@ fwd_kernel(const float* __restrict__ x, const float* __restrict__ w, const float
         out[img] = s;
     }
     cluster.sync();
+#else
+    if (threadIdx.x == 0) fpart[img * cl + rank] = red[NW];
+#endif
 }
+
+#if !KGEN_SM90
+// out[i] = the cl block sums of sample i, added in rank order (the order of the sm_90 cluster reduction)
+__global__ void __launch_bounds__(256)
+fwd_finish_kernel(const float* __restrict__ fpart, int cl, long long n, float* __restrict__ out) {
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float s = 0.0f;
+    for (int r = 0; r < cl; ++r) s += __ldg(fpart + i * cl + r);
+    out[i] = s;
+}
+#endif
 
 // ---------------- backward ----------------
 // Persistent grid of G blocks over n*B_TILES tiles. Each tile: recompute pre (GEMM1) on core+halo,
@@ -684,55 +893,63 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
         const int ph_base = th * TPH_B - HALO_H, pw_base = tw * TPW_B - HALO_W;
         const float gval = __ldg(gout + img);
         __syncthreads();
-        for (int m = threadIdx.x; m < B_MPAD; m += NT) {
+        // core positions of this tile (owned by it: grad_w, grad_b and grad_x count them once)
+#pragma unroll
+        for (int k = 0; k < (B_MPAD + NT - 1) / NT; ++k) {
+            const int m = threadIdx.x + k * NT;
+            if (B_MPAD % NT != 0 && m >= B_MPAD) break;
             const int eh = m / B_EW, ew = m - eh * B_EW;
             const bool core = m < B_M && eh >= HALO_H && ew >= HALO_W && ph_base + eh < PHO && pw_base + ew < PWO;
             mask[m] = core ? 1.0f : 0.0f;
         }
         // ---- GEMM1: pre -> dpre (all extended positions) ----
+        // Without K chunks, one m-tile per sweep (NT8 x 4 accumulators live, not B_MTW x NT8 x 4: the pair spills
+        // at 128 registers on some shapes); with K chunks the accumulators must outlive each chunk's box sums.
+        constexpr int G1_SWEEPS = NCHUNK == 1 ? B_MTW : 1, G1_MTW = NCHUNK == 1 ? 1 : B_MTW;
         for (int cc = 0; cc < NCO_CH; ++cc) {
-            float acc[B_MTW][NT8][4];
+#pragma unroll 1
+            for (int sweep = 0; sweep < G1_SWEEPS; ++sweep) {
+                float acc[G1_MTW][NT8][4];
 #pragma unroll
-            for (int i = 0; i < B_MTW; ++i)
+                for (int i = 0; i < G1_MTW; ++i)
 #pragma unroll
-                for (int j = 0; j < NT8; ++j)
+                    for (int j = 0; j < NT8; ++j)
 #pragma unroll
-                    for (int r = 0; r < 4; ++r) acc[i][j][r] = 0.0f;
-            for (int ch = 0; ch < NCHUNK; ++ch) {
-                if (NCHUNK > 1 || cc == 0) {
-                    __syncthreads();
-                    if constexpr (NCHUNK > 1) stage_w(Ws, w, ch);
-                    compute_as<B_EW, B_M, B_MPAD, BSU>(x, As, img, ch, ph_base, pw_base);
-                    __syncthreads();
-                    KG_PT(0);
-                }
-                gemm1<B_MT, B_MTW>(As, Ws, cc * COCH, acc);
-            }
-#pragma unroll
-            for (int i = 0; i < B_MTW; ++i) {
-                const int mt = warp + NW * i;
-                if (mt >= B_MT) continue;
-                bool rv[2];
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const int m = mt * 16 + g + 8 * h;
-                    const int eh = m / B_EW, ew = m - eh * B_EW;
-                    const int ph = ph_base + eh, pw = pw_base + ew;
-                    rv[h] = m < B_M && ph >= 0 && ph < PHO && pw >= 0 && pw < PWO;
-                }
-#pragma unroll
-                for (int j = 0; j < NT8; ++j)
-#pragma unroll
-                    for (int r = 0; r < 4; ++r) {
-                        const int m = mt * 16 + g + (r >> 1) * 8;
-                        const int co = cc * COCH + j * 8 + 2 * t + (r & 1);
-                        const float d = gval * act_grad(acc[i][j][r] + bias_s[co]);
-                        Dp[m * CP + co] = (rv[r >> 1] && (CO == CO_ALL || co < CO)) ? d : 0.0f;
+                        for (int r = 0; r < 4; ++r) acc[i][j][r] = 0.0f;
+                for (int ch = 0; ch < NCHUNK; ++ch) {
+                    if ((NCHUNK > 1 || cc == 0) && sweep == 0) {
+                        __syncthreads();
+                        if constexpr (NCHUNK > 1) stage_w(Ws, w, ch);
+                        compute_as<B_EW, B_M, B_MPAD, BSU>(x, As, img, ch, ph_base, pw_base);
+                        __syncthreads();
                     }
+                    gemm1<B_MT, G1_MTW>(As, Ws, cc * COCH, warp + NW * sweep, acc);
+                }
+#pragma unroll
+                for (int i = 0; i < G1_MTW; ++i) {
+                    const int mt = warp + NW * (sweep + i);
+                    if (mt >= B_MT) continue;
+                    bool rv[2];
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const int m = mt * 16 + g + 8 * h;
+                        const int eh = m / B_EW, ew = m - eh * B_EW;
+                        const int ph = ph_base + eh, pw = pw_base + ew;
+                        rv[h] = m < B_M && ph >= 0 && ph < PHO && pw >= 0 && pw < PWO;
+                    }
+#pragma unroll
+                    for (int j = 0; j < NT8; ++j)
+#pragma unroll
+                        for (int r = 0; r < 4; ++r) {
+                            const int m = mt * 16 + g + (r >> 1) * 8;
+                            const int co = cc * COCH + j * 8 + 2 * t + (r & 1);
+                            const float d = gval * act_grad(acc[i][j][r] + bias_s[co]);
+                            Dp[m * CP + co] = (rv[r >> 1] && (CO == CO_ALL || co < CO)) ? d : 0.0f;
+                        }
+                }
             }
         }
         __syncthreads();
-        KG_PT(1);
         if (want_wb) {
             for (int base = 0; base < CO_ALL * DB_SEG; base += NT) {
                 const int idx = base + threadIdx.x;
@@ -748,7 +965,6 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
                 }
             }
         }
-        KG_PT(2);
         for (int ch = 0; ch < NCHUNK; ++ch) {
             if constexpr (NCHUNK > 1) {
                 __syncthreads();
@@ -767,18 +983,16 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
                     for (int q = 0; q < NJP; ++q)
 #pragma unroll
                         for (int r = 0; r < 4; ++r) c[q][r] = prev[q][r] = 0.0f;
-                    if constexpr (DWP) {   // issue the partial's loads now: their latency hides under the mma loop
-                        if (!first) {
+                    if (!first) {   // issue the partial's loads now: their latency hides under the mma loop
 #pragma unroll
-                            for (int q = 0; q < NJP; ++q) {
-                                const int nj = nj0 + WPM * q;
+                        for (int q = 0; q < NJP; ++q) {
+                            const int nj = nj0 + WPM * q;
 #pragma unroll
-                                for (int r = 0; r < 4; ++r) {
-                                    const int co = mi * 16 + g + (r >> 1) * 8;
-                                    const int kk = nj * 8 + 2 * t + (r & 1);
-                                    if (nj < DW_NT && co < CO && kk < KC && ch * CI_CHUNK + kk / KK < CI)
-                                        prev[q][r] = mypart[(size_t)co * KTOT + (size_t)ch * CI_CHUNK * KK + kk];
-                                }
+                            for (int r = 0; r < 4; ++r) {
+                                const int co = mi * 16 + g + (r >> 1) * 8;
+                                const int kk = nj * 8 + 2 * t + (r & 1);
+                                if (nj < DW_NT && co < CO && kk < KC && ch * CI_CHUNK + kk / KK < CI)
+                                    prev[q][r] = mypart[(size_t)co * KTOT + (size_t)ch * CI_CHUNK * KK + kk];
                             }
                         }
                     }
@@ -813,8 +1027,7 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
                             const int kk = nj * 8 + 2 * t + (r & 1);
                             if (co < CO && kk < KC && ch * CI_CHUNK + kk / KK < CI) {
                                 float* p = mypart + (size_t)co * KTOT + (size_t)ch * CI_CHUNK * KK + kk;
-                                if constexpr (DWP) *p = first ? c[q][r] : prev[q][r] + c[q][r];
-                                else if (first) *p = c[q][r]; else *p += c[q][r];
+                                *p = first ? c[q][r] : prev[q][r] + c[q][r];
                             }
                         }
                     }
@@ -864,22 +1077,22 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
                 }
                 }
             }
-            KG_PT(3);
             if (grad_x != nullptr) {
-                // ---- GEMM3: dBs[m][kk] = sum_co dpre[m][co] * Ws[co][kk] ----
-                float acc3[B_MTW][KN8][4];
-#pragma unroll
-                for (int i = 0; i < B_MTW; ++i)
+                // ---- GEMM3: dBs[m][kk] = sum_co dpre[m][co] * Ws[co][kk], written over As ----
+                // The barrier comes first (dBs overwrites As, which dW reads); then one m-tile at a time, so only
+                // KN8 x 4 accumulators are live (both m-tiles' at once spill at 128 registers on some shapes).
+                __syncthreads();
+#pragma unroll 1
+                for (int i = 0; i < B_MTW; ++i) {
+                    const int mt = warp + NW * i;
+                    if (mt >= B_MT) break;
+                    float acc3[KN8][4];
 #pragma unroll
                     for (int j = 0; j < KN8; ++j)
 #pragma unroll
-                        for (int r = 0; r < 4; ++r) acc3[i][j][r] = 0.0f;
+                        for (int r = 0; r < 4; ++r) acc3[j][r] = 0.0f;
 #pragma unroll G3U
-                for (int ks = 0; ks < CO_ALL / 8; ++ks) {
-#pragma unroll
-                    for (int i = 0; i < B_MTW; ++i) {
-                        const int mt = warp + NW * i;
-                        if (mt >= B_MT) continue;
+                    for (int ks = 0; ks < CO_ALL / 8; ++ks) {
                         KgAFrag a;
                         const float* p = Dp + (mt * 16 + g) * CP + ks * 8 + t;
                         kg_split(p[0], a.h[0], a.l[0]);
@@ -892,25 +1105,18 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
                             KgBFrag bf;
                             kg_split(q[0], bf.h[0], bf.l[0]);
                             kg_split(q[4 * KP], bf.h[1], bf.l[1]);
-                            kg_mma3(acc3[i][j], a, bf);
+                            kg_mma3(acc3[j], a, bf);
                         }
                     }
-                }
-                __syncthreads();   // every read of As (box sums) is done
-                KG_PT(4);
-#pragma unroll
-                for (int i = 0; i < B_MTW; ++i) {
-                    const int mt = warp + NW * i;
-                    if (mt >= B_MT) continue;
+                    const int m = mt * 16 + g;
 #pragma unroll
                     for (int j = 0; j < KN8; ++j) {
-                        const int m = mt * 16 + g, kk = j * 8 + 2 * t;
-                        *reinterpret_cast<float2*>(As + m * KP + kk) = make_float2(acc3[i][j][0], acc3[i][j][1]);
-                        *reinterpret_cast<float2*>(As + (m + 8) * KP + kk) = make_float2(acc3[i][j][2], acc3[i][j][3]);
+                        const int kk = j * 8 + 2 * t;
+                        *reinterpret_cast<float2*>(As + m * KP + kk) = make_float2(acc3[j][0], acc3[j][1]);
+                        *reinterpret_cast<float2*>(As + (m + 8) * KP + kk) = make_float2(acc3[j][2], acc3[j][3]);
                     }
                 }
                 __syncthreads();
-                KG_PT(5);
                 // ---- gather grad_x over the pixels owned by this core tile ----
                 const int r_lo = th == 0 ? 0 : max(0, th * TPH_B * S_H - PH);
                 const int r_hi = th == B_TH - 1 ? H : min(H, (th + 1) * TPH_B * S_H - PH);
@@ -1070,7 +1276,6 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
                 }
             }
         }
-        KG_PT(6);
         first = false;
     }
 }
@@ -1089,58 +1294,89 @@ wb_reduce_kernel(const float* __restrict__ part, int G, float* __restrict__ gw, 
     }
 }
 
-struct DevInfo { int ready; int sms; int fwd_per_sm; };
-static DevInfo g_dev[64];
+// Launch facts of one device (SM count, resident blocks per SM of each kernel), looked up once per device id for
+// the device current at the call: a process using several GPUs gets one entry each.
+struct DevInfo { int sms; int fwd_per_sm; int bwd_per_sm; };
+constexpr int MAX_DEVICES = 64;
+static DevInfo g_dev[MAX_DEVICES];
+static std::atomic<bool> g_dev_ready[MAX_DEVICES];
+static std::mutex g_dev_mutex;
 
-static cudaError_t dev_info(DevInfo** out) {
+static cudaError_t dev_info(const DevInfo** out) {
     int dev = 0;
     cudaError_t e = cudaGetDevice(&dev);
     if (e != cudaSuccess) return e;
-    if (dev < 0 || dev >= 64) return cudaErrorInvalidDevice;
-    DevInfo& d = g_dev[dev];
-    if (!d.ready) {
-        if ((e = cudaFuncSetAttribute(fwd_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)F_SMEM)) != cudaSuccess) return e;
-        if ((e = cudaFuncSetAttribute(bwd_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)B_SMEM)) != cudaSuccess) return e;
-        if ((e = cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess) return e;
-        if ((e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&d.fwd_per_sm, fwd_kernel, NT, F_SMEM)) != cudaSuccess) return e;
-        if (d.fwd_per_sm < 1) d.fwd_per_sm = 1;
-        d.ready = 1;
+    if (dev < 0 || dev >= MAX_DEVICES) return cudaErrorInvalidDevice;
+    if (!g_dev_ready[dev].load(std::memory_order_acquire)) {
+        std::lock_guard<std::mutex> lock(g_dev_mutex);
+        if (!g_dev_ready[dev].load(std::memory_order_relaxed)) {
+            DevInfo d = {0, 0, 0};
+            if ((e = cudaFuncSetAttribute(fwd_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)F_SMEM)) != cudaSuccess) return e;
+            if ((e = cudaFuncSetAttribute(bwd_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)B_SMEM)) != cudaSuccess) return e;
+            if ((e = cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess) return e;
+            if ((e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&d.fwd_per_sm, fwd_kernel, NT, F_SMEM)) != cudaSuccess) return e;
+            if ((e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&d.bwd_per_sm, bwd_kernel, NT, B_SMEM)) != cudaSuccess) return e;
+            d.sms = d.sms < 1 ? 1 : d.sms;
+            d.fwd_per_sm = d.fwd_per_sm < 1 ? 1 : d.fwd_per_sm;
+            d.bwd_per_sm = d.bwd_per_sm < 1 ? 1 : d.bwd_per_sm;
+            g_dev[dev] = d;
+            g_dev_ready[dev].store(true, std::memory_order_release);
+        }
     }
-    *out = &d;
+    *out = &g_dev[dev];
     return cudaSuccess;
 }
 
-static inline long long bwd_grid(int64_t n) {
-    const long long tiles = (long long)n * B_TILES;
-    return tiles < GRID_BWD ? tiles : GRID_BWD;
-}
-
-#undef KG_PT
-}  // namespace kgen_conv2d_avgpool_act_reduce_acccf95f_ns
-
-extern "C" size_t kgen_conv2d_avgpool_act_reduce_acccf95f_workspace_bytes(int64_t n) {
-    using namespace kgen_conv2d_avgpool_act_reduce_acccf95f_ns;
-    if (n <= 0) return 0;
-    return (size_t)bwd_grid(n) * PART * sizeof(float);
-}
-
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_acccf95f_forward(const float* x, const float* w, const float* b, float* out,
-                                         void* workspace, int64_t n, cudaStream_t stream) {
-    using namespace kgen_conv2d_avgpool_act_reduce_acccf95f_ns;
-    (void)workspace;
-    if (n <= 0) return cudaSuccess;
-    DevInfo* d = nullptr;
-    cudaError_t e = dev_info(&d);
-    if (e != cudaSuccess) return e;
-    // cluster size cl (1..8 blocks per image): minimise waves x tiles-per-block
-    const long long slots = (long long)d->sms * d->fwd_per_sm;
+// Blocks per sample of the forward (1..CL_MAX): minimise waves x tiles-per-block.
+static int fwd_split(int64_t n, const DevInfo& d) {
+    const long long slots = (long long)d.sms * d.fwd_per_sm;
     int cl = 1;
     long long best = -1;
-    for (int c = 1; c <= 8 && c <= F_TILES; ++c) {
+    for (int c = 1; c <= CL_MAX; ++c) {
         const long long waves = ((long long)n * c + slots - 1) / slots;
         const long long cost = waves * ((F_TILES + c - 1) / c);
         if (best < 0 || cost < best) { best = cost; cl = c; }
     }
+    return cl;
+}
+
+// Blocks of the persistent backward kernel: one full wave (every SM filled), fewer when there are fewer tiles.
+// grad_w/grad_b add the blocks' partials in block order: bit-identical from run to run on one device.
+static long long bwd_grid(int64_t n, const DevInfo& d) {
+    const long long tiles = (long long)n * B_TILES, wave = (long long)d.sms * d.bwd_per_sm;
+    return tiles < wave ? tiles : wave;
+}
+}  // namespace kgen_conv2d_avgpool_act_reduce_ad48c530_ns
+
+// Workspace bytes the forward (backward == 0) or the backward (backward != 0) needs at batch n on the current
+// device. Uninitialised memory is fine: every float the kernels read back was written earlier in the same call.
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_ad48c530_workspace_bytes(int64_t n, int backward, size_t* bytes) {
+    using namespace kgen_conv2d_avgpool_act_reduce_ad48c530_ns;
+    *bytes = 0;
+    if (n <= 0) return cudaSuccess;
+    if (!backward) {
+#if !KGEN_SM90
+        *bytes = (size_t)n * CL_MAX * sizeof(float);   // the blocks' partial sums
+#endif
+        return cudaSuccess;
+    }
+    const DevInfo* d = nullptr;
+    const cudaError_t e = dev_info(&d);
+    if (e != cudaSuccess) return e;
+    *bytes = (size_t)bwd_grid(n, *d) * PART * sizeof(float);   // one grad_w/grad_b partial per block
+    return cudaSuccess;
+}
+
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_ad48c530_forward(const float* x, const float* w, const float* b, float* out,
+                                         void* workspace, int64_t n, cudaStream_t stream) {
+    using namespace kgen_conv2d_avgpool_act_reduce_ad48c530_ns;
+    if (n <= 0) return cudaSuccess;
+    const DevInfo* d = nullptr;
+    cudaError_t e = dev_info(&d);
+    if (e != cudaSuccess) return e;
+    const int cl = fwd_split(n, *d);
+    float* fpart = static_cast<float*>(workspace);
+#if KGEN_SM90
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3((unsigned)((long long)n * cl), 1, 1);
     cfg.blockDim = dim3(NT, 1, 1);
@@ -1153,53 +1389,79 @@ extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_acccf95f_forward(const flo
     attr[0].val.clusterDim.z = 1;
     cfg.attrs = attr;
     cfg.numAttrs = 1;
-    e = cudaLaunchKernelEx(&cfg, fwd_kernel, x, w, b, out, cl);
+    e = cudaLaunchKernelEx(&cfg, fwd_kernel, x, w, b, out, fpart, cl);
     if (e != cudaSuccess) return e;
+#else
+    fwd_kernel<<<(unsigned)((long long)n * cl), NT, F_SMEM, stream>>>(x, w, b, out, fpart, cl);
+    if (cl > 1) {
+        if ((e = cudaGetLastError()) != cudaSuccess) return e;
+        fwd_finish_kernel<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(fpart, cl, (long long)n, out);
+    }
+#endif
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_acccf95f_backward(const float* grad_out, const float* x, const float* w, const float* b,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_ad48c530_backward(const float* grad_out, const float* x, const float* w, const float* b,
                                           float* grad_x, float* grad_w, float* grad_b, void* workspace,
                                           int64_t n, cudaStream_t stream) {
-    using namespace kgen_conv2d_avgpool_act_reduce_acccf95f_ns;
+    using namespace kgen_conv2d_avgpool_act_reduce_ad48c530_ns;
     const int want_wb = (grad_w != nullptr || grad_b != nullptr) ? 1 : 0;
     float* part = static_cast<float*>(workspace);
     cudaError_t e;
+    long long G = 0;
     if (n > 0 && (want_wb || grad_x != nullptr)) {
-        DevInfo* d = nullptr;
-        e = dev_info(&d);
-        if (e != cudaSuccess) return e;
-        const long long G = bwd_grid(n);
+        const DevInfo* d = nullptr;
+        if ((e = dev_info(&d)) != cudaSuccess) return e;
+        G = bwd_grid(n, *d);
         bwd_kernel<<<(unsigned)G, NT, B_SMEM, stream>>>(grad_out, x, w, b, grad_x, part, (long long)n * B_TILES,
                                                         (int)G, want_wb);
-        e = cudaGetLastError();
-        if (e != cudaSuccess) return e;
+        if ((e = cudaGetLastError()) != cudaSuccess) return e;
     }
-    if (want_wb) {
-        const int G = n > 0 ? (int)bwd_grid(n) : 0;
-        wb_reduce_kernel<<<(PART + 255) / 256, 256, 0, stream>>>(part, G, grad_w, grad_b);
-        e = cudaGetLastError();
-        if (e != cudaSuccess) return e;
+    if (want_wb) {   // G == 0 (empty batch): zeros
+        wb_reduce_kernel<<<(PART + 255) / 256, 256, 0, stream>>>(part, (int)G, grad_w, grad_b);
+        if ((e = cudaGetLastError()) != cudaSuccess) return e;
     }
-    return cudaGetLastError();
+    return cudaSuccess;
 }
 '''
-KGEN_CPP_SOURCE = r'''// kgen_conv2d_avgpool_act_reduce_acccf95f: torch glue for the fused Conv2d -> AvgPool2d -> sigmoid -> sum kernels in kernel.cu
-// (ops under torch.ops.kgen_conv2d_avgpool_act_reduce_acccf95f).
+KGEN_CPP_SOURCE = r'''// kgen_conv2d_avgpool_act_reduce_ad48c530: torch glue for the fused Conv2d -> AvgPool2d -> sigmoid -> sum kernels in kernel.cu
+// (ops under torch.ops.kgen_conv2d_avgpool_act_reduce_ad48c530; autograd in C++, see common/torch_glue.h).
 // kgen fixed C++ glue helpers (pulled into each rendered binding by Jinja include).
-// Light headers only: torch/library.h and ATen/core, not torch/extension.h.
+// Light headers only: torch/library.h, ATen/core, the autograd Function header and torch's pybind casters, not
+// torch/extension.h.
+//
+// Autograd lives here, in C++, so a training step costs no Python beyond the module's forward call. The pattern
+// each family's binding follows (as torchvision's ops do):
+//   TORCH_LIBRARY(ns, m)                 defines "forward(...)" and "backward(...)"
+//   TORCH_LIBRARY_IMPL(ns, CUDA, m)      the kernels' launchers (also registered for CPU, to reject CPU tensors)
+//   struct XFunction : torch::autograd::Function<XFunction>
+//       forward():  at::AutoDispatchBelowADInplaceOrView guard; calls the "forward" op through the dispatcher
+//                   (kgen_glue::typed_op), saves what backward needs
+//       backward(): calls the "backward" op through the dispatcher (so torch.compile can trace it)
+//   TORCH_LIBRARY_IMPL(ns, Autograd, m)  "forward" -> XFunction::apply
+//   PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)  m.def("forward", ...): Python's fast path (no dispatcher argument
+//                                        boxing): XFunction::apply when a gradient is needed
+//                                        (kgen_glue::needs_grad), else the CUDA implementation directly;
+//                                        torch.compile traces the op instead
+// Python registers only fake (meta) kernels, for torch.compile.
 #include <torch/library.h>
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/utils/pybind.h>
 #include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime.h>
 
+#include <initializer_list>
 #include <string>
-#include <vector>
 
 namespace kgen_glue {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
 
 inline std::string shape_str(c10::IntArrayRef s) {
   std::string out = "[";
@@ -1207,24 +1469,68 @@ inline std::string shape_str(c10::IntArrayRef s) {
   return out + "]";
 }
 
-// Checks one float32 CUDA input against the specialization: expected[i] < 0 means "any size" (the batch).
-// Returns a contiguous tensor (non-contiguous and channels_last inputs are copied to NCHW-contiguous).
-inline at::Tensor check_input(const at::Tensor& t, const char* what, const std::vector<int64_t>& expected,
-                              const char* problem) {
+inline std::string want_str(std::initializer_list<int64_t> expected) {
   std::string want = "[";
-  for (size_t i = 0; i < expected.size(); ++i)
-    want += (i ? ", " : "") + (expected[i] < 0 ? std::string("N") : std::to_string(expected[i]));
-  want += "]";
-  TORCH_CHECK(t.defined(), "kgen ", problem, ": ", what, " is undefined; pass a float32 CUDA tensor of shape ", want);
+  size_t i = 0;
+  for (int64_t e : expected) want += (i++ ? ", " : "") + (e < 0 ? std::string("N") : std::to_string(e));
+  return want + "]";
+}
+
+// PyTorch's name of a dtype ("float32", "float16", "bfloat16", ...), as users write it.
+inline const char* dtype_name(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return "float32";
+    case at::kHalf: return "float16";
+    case at::kBFloat16: return "bfloat16";
+    case at::kDouble: return "float64";
+    case at::kInt: return "int32";
+    case at::kLong: return "int64";
+    default: return c10::toString(t);
+  }
+}
+
+// Does autograd have to record this call? (grad mode on and some input requires grad)
+inline bool needs_grad(std::initializer_list<c10::optional<at::Tensor>> inputs) {
+  if (!at::GradMode::is_enabled()) return false;
+  for (const auto& t : inputs)
+    if (t.has_value() && t->defined() && t->requires_grad()) return true;
+  return false;
+}
+
+// The operator `qualified` ("ns::name") of signature Sig, looked up once per call site.
+template <typename Sig>
+inline c10::TypedOperatorHandle<Sig> typed_op(const char* qualified) {
+  return c10::Dispatcher::singleton().findSchemaOrThrow(qualified, "").template typed<Sig>();
+}
+
+// Checks one CUDA input against the specialization: expected[i] < 0 means "any size" (the batch). Returns a
+// contiguous tensor (non-contiguous and channels_last inputs are copied to contiguous). Messages are built only on
+// failure, so the check costs nanoseconds per call.
+inline at::Tensor check_input(const at::Tensor& t, const char* what, std::initializer_list<int64_t> expected,
+                              at::ScalarType dtype, const char* problem) {
+  TORCH_CHECK(t.defined(), "kgen ", problem, ": ", what, " is undefined; give a ", dtype_name(dtype),
+              " CUDA tensor of shape ", want_str(expected));
   TORCH_CHECK(t.is_cuda(), "kgen ", problem, ": ", what, " must be a CUDA tensor, got device ", t.device().str(),
               "; move it with .cuda()");
-  TORCH_CHECK(t.scalar_type() == at::kFloat, "kgen ", problem, ": ", what, " must be float32, got ",
-              c10::toString(t.scalar_type()), "; convert with .float()");
+  TORCH_CHECK(t.scalar_type() == dtype, "kgen ", problem, ": ", what, " must be ", dtype_name(dtype), ", got ",
+              dtype_name(t.scalar_type()), "; convert it with .to(torch.", dtype_name(dtype),
+              ") or regenerate from a problem file with this dtype");
   bool ok = t.dim() == static_cast<int64_t>(expected.size());
-  for (size_t i = 0; ok && i < expected.size(); ++i) ok = expected[i] < 0 || t.size(i) == expected[i];
-  TORCH_CHECK(ok, "kgen ", problem, ": ", what, " has shape ", shape_str(t.sizes()), " but this module was generated for ",
-              want, " (N: any batch size); regenerate with `kgen generate` for a problem file with this shape");
-  return t.contiguous();
+  int64_t i = 0;
+  for (int64_t e : expected) {
+    if (!ok) break;
+    ok = e < 0 || t.size(i) == e;
+    ++i;
+  }
+  TORCH_CHECK(ok, "kgen ", problem, ": ", what, " has shape ", shape_str(t.sizes()),
+              " but this module was generated for ", want_str(expected),
+              " (N: any batch size); regenerate with `kgen generate` for a problem file with this shape");
+  return t.is_contiguous() ? t : t.contiguous();
+}
+
+inline at::Tensor check_input(const at::Tensor& t, const char* what, std::initializer_list<int64_t> expected,
+                              const char* problem) {
+  return check_input(t, what, expected, at::kFloat, problem);
 }
 
 inline void check_launch(cudaError_t err, const char* kernel, const char* problem) {
@@ -1241,11 +1547,13 @@ inline void check_same_device(const at::Tensor& a, const at::Tensor& b, const ch
 #include <ATen/ops/empty_like.h>
 
 #include <array>
+#include <optional>
+#include <tuple>
 
-extern "C" size_t kgen_conv2d_avgpool_act_reduce_acccf95f_workspace_bytes(int64_t n);
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_acccf95f_forward(const float* x, const float* w, const float* b, float* out, void* workspace,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_ad48c530_workspace_bytes(int64_t n, int backward, size_t* bytes);
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_ad48c530_forward(const float* x, const float* w, const float* b, float* out, void* workspace,
                                           int64_t n, cudaStream_t stream);
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_acccf95f_backward(const float* grad_out, const float* x, const float* w, const float* b,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_ad48c530_backward(const float* grad_out, const float* x, const float* w, const float* b,
                                            float* grad_x, float* grad_w, float* grad_b, void* workspace, int64_t n,
                                            cudaStream_t stream);
 
@@ -1270,9 +1578,12 @@ Checked check(const at::Tensor& x_in, const at::Tensor& w_in, const std::optiona
 
 const float* ptr_or_null(const at::Tensor& t) { return t.defined() ? t.data_ptr<float>() : nullptr; }
 
-at::Tensor workspace(const at::Tensor& like, int64_t n) {
-  const int64_t bytes = static_cast<int64_t>(kgen_conv2d_avgpool_act_reduce_acccf95f_workspace_bytes(n));
-  return at::empty({bytes > 0 ? bytes : 1}, like.options().dtype(at::kByte));
+// Scratch for the kernels on the current device (guarded by the caller): sized by kernel.cu for this batch, GPU
+// and path; uninitialised is fine.
+at::Tensor workspace(const at::Tensor& like, int64_t n, bool backward) {
+  size_t bytes = 0;
+  kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_ad48c530_workspace_bytes(n, backward ? 1 : 0, &bytes), "workspace query", kProblem);
+  return at::empty({bytes > 0 ? static_cast<int64_t>(bytes) : 1}, like.options().dtype(at::kByte));
 }
 
 at::Tensor forward(const at::Tensor& x_in, const at::Tensor& w_in, const std::optional<at::Tensor>& b_in) {
@@ -1280,8 +1591,8 @@ at::Tensor forward(const at::Tensor& x_in, const at::Tensor& w_in, const std::op
   const c10::cuda::CUDAGuard guard(c.x.device());
   const int64_t n = c.x.size(0);
   at::Tensor out = at::empty({n}, c.x.options());
-  at::Tensor ws = workspace(c.x, n);
-  kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_acccf95f_forward(c.x.data_ptr<float>(), c.w.data_ptr<float>(), ptr_or_null(c.b),
+  at::Tensor ws = workspace(c.x, n, false);
+  kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_ad48c530_forward(c.x.data_ptr<float>(), c.w.data_ptr<float>(), ptr_or_null(c.b),
                                              out.data_ptr<float>(), ws.data_ptr(), n,
                                              c10::cuda::getCurrentCUDAStream().stream()), "fused forward", kProblem);
   return out;
@@ -1301,8 +1612,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(const at::Tensor& grad_o
   at::Tensor gw = output_mask[1] ? at::empty_like(c.w) : none;
   at::Tensor gb = (output_mask[2] && c.b.defined()) ? at::empty_like(c.b) : none;
   if (output_mask[0] || output_mask[1] || gb.numel()) {
-    at::Tensor ws = workspace(c.x, n);
-    kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_acccf95f_backward(grad_out.data_ptr<float>(), c.x.data_ptr<float>(), c.w.data_ptr<float>(),
+    at::Tensor ws = workspace(c.x, n, true);
+    kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_ad48c530_backward(grad_out.data_ptr<float>(), c.x.data_ptr<float>(), c.w.data_ptr<float>(),
                                                 ptr_or_null(c.b), output_mask[0] ? gx.data_ptr<float>() : nullptr,
                                                 output_mask[1] ? gw.data_ptr<float>() : nullptr,
                                                 gb.numel() ? gb.data_ptr<float>() : nullptr, ws.data_ptr(), n,
@@ -1311,21 +1622,60 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(const at::Tensor& grad_o
   return {gx, gw, gb};
 }
 
+using ForwardSig = at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&);
+using BackwardSig = std::tuple<at::Tensor, at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                                                   const std::optional<at::Tensor>&, std::array<bool, 3>);
+
+// Autograd in C++: saves x, weight and bias; backward asks the backward op only for the gradients autograd needs.
+struct FusedFunction : public torch::autograd::Function<FusedFunction> {
+  static at::Tensor forward(kgen_glue::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w,
+                            const std::optional<at::Tensor>& b) {
+    static const auto op = kgen_glue::typed_op<ForwardSig>("kgen_conv2d_avgpool_act_reduce_ad48c530::forward");
+    const bool has_bias = b.has_value() && b->defined();
+    ctx->saved_data["has_bias"] = has_bias;
+    ctx->save_for_backward({x, w, has_bias ? *b : at::Tensor()});
+    at::AutoDispatchBelowADInplaceOrView below;
+    return op.call(x, w, b);
+  }
+  static kgen_glue::variable_list backward(kgen_glue::AutogradContext* ctx, kgen_glue::variable_list grads) {
+    static const auto op = kgen_glue::typed_op<BackwardSig>("kgen_conv2d_avgpool_act_reduce_ad48c530::backward");
+    const auto saved = ctx->get_saved_variables();
+    const bool has_bias = ctx->saved_data["has_bias"].toBool();
+    // input edges: x, weight, then bias only when it was given
+    const std::array<bool, 3> mask = {ctx->needs_input_grad(0), ctx->needs_input_grad(1),
+                                      has_bias && ctx->needs_input_grad(2)};
+    const std::optional<at::Tensor> bias = has_bias ? std::optional<at::Tensor>(saved[2]) : std::nullopt;
+    auto [gx, gw, gb] = op.call(grads[0], saved[0], saved[1], bias, mask);
+    return {mask[0] ? gx : at::Tensor(), mask[1] ? gw : at::Tensor(), mask[2] ? gb : at::Tensor()};
+  }
+};
+
+at::Tensor forward_autograd(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& b) {
+  return FusedFunction::apply(x, w, b);
+}
+
 }  // namespace
 
-TORCH_LIBRARY(kgen_conv2d_avgpool_act_reduce_acccf95f, m) {
+TORCH_LIBRARY(kgen_conv2d_avgpool_act_reduce_ad48c530, m) {
   m.def("forward(Tensor x, Tensor weight, Tensor? bias) -> Tensor");
   m.def("backward(Tensor grad_out, Tensor x, Tensor weight, Tensor? bias, bool[3] output_mask) -> (Tensor, Tensor, Tensor)");
 }
 
 // CPU inputs reach the same functions, which reject them with a message saying what to do.
-TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_acccf95f, CUDA, m) {
+TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_ad48c530, CUDA, m) {
   m.impl("forward", &forward);
   m.impl("backward", &backward);
 }
-TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_acccf95f, CPU, m) {
+TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_ad48c530, CPU, m) {
   m.impl("forward", &forward);
   m.impl("backward", &backward);
+}
+TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_ad48c530, Autograd, m) {
+  m.impl("forward", &forward_autograd);
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("forward", &forward_autograd, "fused Conv2d -> AvgPool2d -> sigmoid -> sum forward with autograd (the fast path from Python)");
 }
 '''
 KGEN_INIT_ARGS = {'in_channels': 8, 'out_channels': 64, 'kernel_size': 3, 'pool_kernel_size': 4}
@@ -1333,18 +1683,40 @@ kgen_ops = None
 
 
 def kgen_load():
-    """Build or load the extension and register its fake and autograd kernels (once per process)."""
-    global kgen_ops
+    """Build or load the extension and register its fake kernels (once per process); bind the forward op."""
+    global kgen_ops, kgen_forward, kgen_fast
     if not torch.cuda.is_available():
         raise RuntimeError("kgen conv2d_avgpool_sigmoid_sum: the generated kernels need a CUDA GPU and torch.cuda.is_available() is "
                            "False; run on a machine with an NVIDIA GPU and a CUDA build of torch")
-    kgen_load_extension(KGEN_NAMESPACE, KGEN_CUDA_SOURCE, KGEN_CPP_SOURCE)
+    extension = kgen_load_extension(KGEN_NAMESPACE, KGEN_CUDA_SOURCE, KGEN_CPP_SOURCE)
     state = kgen_loaded()
     if KGEN_NAMESPACE not in state.registered:
         kgen_register()
         state.registered.add(KGEN_NAMESPACE)
     kgen_ops = getattr(torch.ops, KGEN_NAMESPACE)
+    kgen_forward = kgen_ops.forward.default
+    kgen_fast = extension.forward
     return kgen_ops
+
+
+def kgen_forward(*args):
+    """Stands in for the forward op until the extension is loaded (first call without a GPU at construction)."""
+    kgen_load()
+    return kgen_forward(*args)
+
+
+def kgen_fast(*args):
+    """Stands in for the extension's direct forward until it is loaded."""
+    kgen_load()
+    return kgen_fast(*args)
+
+
+def kgen_call(*args):
+    """Forward through the extension's direct binding (the same C++ autograd function the op's Autograd kernel
+    runs, without the Python dispatcher's argument boxing); under torch.compile, through the op, which it traces."""
+    if torch.compiler.is_compiling():
+        return kgen_forward(*args)
+    return kgen_fast(*args)
 
 
 def kgen_check_init(got):
@@ -1364,20 +1736,8 @@ def kgen_register():
                 weight.new_empty(weight.shape) if output_mask[1] else none,
                 bias.new_empty(bias.shape) if (output_mask[2] and bias is not None) else none)
 
-    def setup_context(ctx, inputs, output):
-        x, weight, bias = inputs
-        ctx.save_for_backward(x, weight, bias)
-
-    def backward(ctx, grad_out):
-        x, weight, bias = ctx.saved_tensors
-        mask = [bool(ctx.needs_input_grad[0]), bool(ctx.needs_input_grad[1]),
-                bias is not None and bool(ctx.needs_input_grad[2])]
-        gx, gw, gb = torch.ops.kgen_conv2d_avgpool_act_reduce_acccf95f.backward(grad_out, x, weight, bias, mask)
-        return gx if mask[0] else None, gw if mask[1] else None, gb if mask[2] else None
-
-    torch.library.register_fake("kgen_conv2d_avgpool_act_reduce_acccf95f::forward", forward_fake)
-    torch.library.register_fake("kgen_conv2d_avgpool_act_reduce_acccf95f::backward", backward_fake)
-    torch.library.register_autograd("kgen_conv2d_avgpool_act_reduce_acccf95f::forward", backward, setup_context=setup_context)
+    torch.library.register_fake("kgen_conv2d_avgpool_act_reduce_ad48c530::forward", forward_fake)
+    torch.library.register_fake("kgen_conv2d_avgpool_act_reduce_ad48c530::backward", backward_fake)
 
 
 class ModelNew(nn.Module):
@@ -1397,10 +1757,8 @@ class ModelNew(nn.Module):
             kgen_load()
 
     def forward(self, x):
-        if kgen_ops is None:
-            kgen_load()
         conv = self.conv
-        return torch.ops.kgen_conv2d_avgpool_act_reduce_acccf95f.forward(x, conv.weight, conv.bias)
+        return kgen_call(x, conv.weight, conv.bias)
 
 
 if torch.cuda.is_available():
