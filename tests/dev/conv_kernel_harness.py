@@ -101,12 +101,30 @@ def compile_so(spec, workdir):
     return name, so, ptx, time.time() - t0
 
 
+def compile_cu(cu, workdir):
+    """A rendered kernel.cu (e.g. an older generated/ file, for --base-cu) -> (name, .so)."""
+    import re
+    src = open(cu).read()
+    name = re.search(r'extern "C" \S+ (\w+)_workspace_bytes', src).group(1)
+    so = os.path.join(workdir, name + "_base.so")
+    r = subprocess.run(["nvcc", "-O3", "-std=c++17", f"-arch=sm_{ARCH}", f"-DKGEN_SM90={0 if SM80 else 1}", "-shared",
+                        "-Xcompiler", "-fPIC", "-o", so, cu], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"nvcc failed for {cu}:\n{r.stderr[-3000:]}")
+    return name, so, "size_t" in re.search(r'extern "C" (\S+) \w+_workspace_bytes', src).group(1)
+
+
 class Kernel:
-    def __init__(self, name, so):
+    def __init__(self, name, so, old_abi=False):
         lib = ctypes.CDLL(so)
         self.ws_bytes = getattr(lib, name + "_workspace_bytes")
-        self.ws_bytes.restype = ctypes.c_int
-        self.ws_bytes.argtypes = [ctypes.c_int64, ctypes.c_int, ctypes.POINTER(ctypes.c_size_t)]
+        self.old_abi = old_abi  # before v9: size_t <name>_workspace_bytes(int64_t n), the backward's bytes
+        if old_abi:
+            self.ws_bytes.restype = ctypes.c_size_t
+            self.ws_bytes.argtypes = [ctypes.c_int64]
+        else:
+            self.ws_bytes.restype = ctypes.c_int
+            self.ws_bytes.argtypes = [ctypes.c_int64, ctypes.c_int, ctypes.POINTER(ctypes.c_size_t)]
         self.fwd = getattr(lib, name + "_forward")
         self.fwd.restype = ctypes.c_int
         self.fwd.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int64, ctypes.c_void_p]
@@ -122,8 +140,8 @@ class Kernel:
     def workspace(self, n):
         """One buffer for both directions (the larger of the forward's and the backward's needs)."""
         import torch
-        nb = 0
-        for backward in (0, 1):
+        nb = int(self.ws_bytes(n)) if self.old_abi else 0
+        for backward in (() if self.old_abi else (0, 1)):
             b = ctypes.c_size_t(0)
             if self.ws_bytes(n, backward, ctypes.byref(b)) != 0:
                 raise RuntimeError("workspace query failed")
@@ -389,6 +407,8 @@ def main():
     ap.add_argument("--ovr", default="", help="override applied to every correctness case, e.g. FWD_WFRAG=0")
     ap.add_argument("--time-acts", default="tanh", help="comma list of ACTs to time on the bundled shape")
     ap.add_argument("--base", default="", help="template root of a baseline version, timed beside the current one")
+    ap.add_argument("--base-cu", default="", help="a rendered bundled kernel.cu (e.g. from generated/ in git history), "
+                    "timed beside the current one (its act must match --variant-act)")
     ap.add_argument("--no-ws-fill", action="store_true", help="leave the workspace uninitialised (initcheck)")
     ap.add_argument("--checks-only", action="store_true", help="no timings")
     ap.add_argument("--small", action="store_true", help="skip the bundled-shape correctness case")
@@ -480,8 +500,11 @@ def main():
         except Exception as e:  # noqa
             log(f"[ERROR] {lbl}: {e!r}")
             results.append(dict(label=lbl, n=n, ok=False, errs={}, bit=False, msgs=[repr(e)]))
-    rows = timings({a: (sp, Kernel(*built["time-" + a])) for a, sp in time_specs.items()}, args.compile, log) \
-        if time_specs else []
+    kerns = {a: (sp, Kernel(*built["time-" + a])) for a, sp in time_specs.items()}
+    if args.base_cu and time_specs:
+        bname, bso, old_abi = compile_cu(args.base_cu, work)
+        kerns[f"BASE-CU-{args.variant_act}"] = (make_spec(act=args.variant_act), Kernel(bname, bso, old_abi))
+    rows = timings(kerns, args.compile, log) if time_specs else []
     # ---------------- compact summary LAST ----------------
     log("\n==== correctness (rel err vs float64; torch f32 in parentheses) ====")
     for r in results:
