@@ -70,11 +70,17 @@ def check_pool_args(what: str, k: Sequence[int], s: Sequence[int], p: Sequence[i
         raise Unsupported(f"{what}: dilation must be greater than zero, got {tuple(d)}")
     if min(p) < 0:
         raise Unsupported(f"{what}: padding must be non-negative, got {tuple(p)}")
-    for kk, pp, dd in zip(k, p, d):
-        if pp > ((kk - 1) * dd + 1) // 2:
-            raise Unsupported(f"{what}: padding {tuple(p)} must be at most half the effective kernel size "
-                              f"{tuple((a - 1) * b + 1 for a, b in zip(k, d))} (PyTorch: pad should be at most half of "
-                              "effective kernel size)")
+    if any(pp > kk // 2 for kk, pp in zip(k, p)):  # PyTorch compares with the kernel size, dilation or not
+        raise Unsupported(f"{what}: padding {tuple(p)} must be at most half the kernel size {tuple(k)} (PyTorch: pad "
+                          "should be smaller than or equal to half of kernel size)")
+
+
+def check_avg_pool3d_input(what: str, sizes: Sequence[int], k: Sequence[int]) -> None:
+    """avg_pool3d's extra check (aten pool3d_shape_check with check_input_size): no input dimension smaller than the
+    kernel, padding or not."""
+    if any(n < kk for n, kk in zip(sizes, k)):
+        raise Unsupported(f"{what}: input {tuple(sizes)} is smaller than the kernel {tuple(k)} in some dimension "
+                          "(PyTorch: input image smaller than kernel size); use a larger input or a smaller kernel")
 
 
 def check_output(what: str, sizes: Sequence[int], out: Sequence[int]) -> None:

@@ -1,0 +1,408 @@
+"""Family pool: a lone pooling op, every PyTorch pooling layer.
+
+Scope: nn.AvgPool1d/2d/3d, nn.MaxPool1d/2d/3d, nn.AdaptiveAvgPool1d/2d/3d, nn.AdaptiveMaxPool1d/2d/3d and their
+functional forms (kgen/ops.py normalizes them into one ``pool`` op), every argument (kernel, stride, padding,
+dilation, ceil_mode, count_include_pad, divisor_override, output sizes with None entries, return_indices, also
+``[0]`` / ``[1]`` of a (values, indices) result), batched (N, C, *spatial) and unbatched (C, *spatial) input,
+float32 / float16 / bfloat16 (float32 accumulation). N is a run-time value; everything else is compile-time.
+
+Every op is computed as a 3-d pool (1-d and 2-d ops get leading spatial dims of size 1, as PyTorch computes 1-d
+pooling as 2-d with H = 1), and an adaptive pool whose bins are all equal is a fixed window (kernel = stride =
+size / out). Three forward designs, chosen here once:
+- ``window``: each thread keeps VO x RH outputs in registers and streams the input rows their windows cover with
+  16-byte loads (max pooling follows PyTorch's scan order, so ties and NaNs pick PyTorch's element);
+- ``colsum``: the tuned AvgPool2d kernel for wide windows (column sums down the window rows, then across them
+  from shared memory);
+- ``simple``: one thread per output with run-time window bounds (unequal adaptive bins, very wide windows).
+Backward is a deterministic gather: each grad_x element sums the windows that can hold it (max pooling: the windows
+whose saved in-window argmax offset is this element; the offsets are 1, 2 or 4 bytes, never int64).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from kgen.errors import Unsupported
+from kgen.geometry import (adaptive_end, adaptive_max_window, adaptive_start, ceil_div, check_avg_pool3d_input,
+                           check_output, check_pool_args, pool_out_shape)
+from kgen.ops import Op
+from kgen.problem import Problem
+
+NAME = "pool"
+TEMPLATES = {"kernel.cu": "pool/kernel.cu.j2", "binding.cpp": "pool/binding.cpp.j2"}
+MODEL_TEMPLATE = "pool/model_new.py.j2"
+
+
+@dataclass(frozen=True)
+class DType:
+    ctype: str  # CUDA element type
+    aten: str  # ATen scalar type
+    size: int  # bytes
+
+
+DTYPES = {
+    "float32": DType("float", "at::kFloat", 4),
+    "float16": DType("__half", "at::kHalf", 2),
+    "bfloat16": DType("__nv_bfloat16", "at::kBFloat16", 2),
+}
+TORCH_DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
+
+
+@dataclass(frozen=True)
+class OffsetType:
+    """Storage of max pooling's saved in-window argmax offsets (windows of up to `limit` elements)."""
+
+    limit: int
+    ctype: str
+    aten: str
+    torch: str
+    size: int
+
+
+OFFSET_TYPES = (
+    OffsetType(1 << 8, "uint8_t", "at::kByte", "torch.uint8", 1),
+    OffsetType(1 << 16, "uint16_t", "at::kShort", "torch.int16", 2),  # int16 storage read as uint16 by the kernels
+    OffsetType(1 << 31, "int32_t", "at::kInt", "torch.int32", 4),
+)
+
+OUTPUTS = ("values", "indices", "both")  # what forward returns: values, int64 indices, or (values, indices)
+
+
+@dataclass(frozen=True)
+class Spec:
+    op: str  # avg | max | adaptive_avg | adaptive_max
+    nd: int  # 1 | 2 | 3
+    dtype: str  # float32 | float16 | bfloat16
+    batched: bool  # input (N, C, *size); else (C, *size)
+    C: int
+    size: tuple[int, ...]  # input spatial sizes (nd)
+    out: tuple[int, ...]  # output spatial sizes (nd)
+    kernel: tuple[int, ...]  # () for adaptive ops
+    stride: tuple[int, ...]
+    padding: tuple[int, ...]
+    dilation: tuple[int, ...]
+    ceil_mode: bool
+    count_include_pad: bool
+    divisor_override: int | None
+    outputs: str  # values | indices | both
+
+
+# ------------------------------------------------------------------------------------------------------ matching
+
+
+def _outputs(ops: list[Op]) -> str:
+    pool = ops[0]
+    tuple_result = bool(pool.params.get("returns_tuple", pool.params["return_indices"]))
+    if len(ops) == 1:
+        return "both" if tuple_result else "values"
+    nxt = ops[1]
+    index = nxt.params.get("index") if nxt.kind == "getitem" else None
+    if len(ops) == 2 and tuple_result and index in (0, 1, -1, -2):
+        return "values" if index in (0, -2) else "indices"
+    raise Unsupported(f"{nxt.where}: {nxt.label} after {pool.label} is outside the pool family (a lone pooling op, "
+                      "or [0] / [1] of its (values, indices) result); compute the rest in PyTorch")
+
+
+def spec_from(op: Op, outputs: str) -> Spec:
+    p = op.params
+    kind, nd = p["op"], p["nd"]
+    what = f"{op.where}: {op.label}"
+    if op.dtype not in TORCH_DTYPES:
+        raise Unsupported(f"{what} on {op.dtype} input; the pool family takes float32, float16 or bfloat16")
+    rank = len(op.in_shape)
+    if rank not in (nd + 1, nd + 2):
+        raise Unsupported(f"{what} on a {rank}-d input; it takes (N, C, *{nd} sizes) or unbatched (C, *{nd} sizes)")
+    batched = rank == nd + 2
+    C, size = op.in_shape[-nd - 1], tuple(op.in_shape[-nd:])
+    if C <= 0 or min(size) <= 0:
+        raise Unsupported(f"{what} on input of shape {tuple(op.in_shape)}; every dimension but the batch must be non-zero")
+    if kind in ("avg", "max"):
+        k, s, pad, d = p["kernel"], p["stride"], p["padding"], p["dilation"]
+        check_pool_args(what, k, s, pad, d)
+        if kind == "avg" and nd == 3:
+            check_avg_pool3d_input(what, size, k)
+        if kind == "avg" and p["divisor_override"] is not None and p["divisor_override"] == 0:
+            raise Unsupported(f"{what}: divisor_override must be non-zero (PyTorch: divisor must be not zero)")
+        out = pool_out_shape(size, k, s, pad, p["ceil_mode"], d)
+        check_output(what, size, out)
+    else:
+        k, s, pad, d = (), (), (), (1,) * nd
+        out = tuple(p["output_size"])
+        if min(out) <= 0:
+            raise Unsupported(f"{what}: output_size {out} has a zero entry; use sizes of at least 1")
+    if op.shape and (len(op.shape) != rank or tuple(op.shape[-nd - 1:]) != (C,) + tuple(out)):
+        raise AssertionError(f"kgen's pool output shape {(C,) + tuple(out)} disagrees with PyTorch's {tuple(op.shape)} "
+                             f"for {op.label} on {tuple(op.in_shape)}")
+    if math.prod(size) >= 1 << 31 or math.prod(out) >= 1 << 31:
+        raise Unsupported(f"{what}: one (n, c) plane of {size} elements is too large (2^31 elements at most)")
+    return Spec(op=kind, nd=nd, dtype=TORCH_DTYPES[op.dtype], batched=batched, C=C, size=size, out=tuple(out),
+                kernel=tuple(k), stride=tuple(s), padding=tuple(pad), dilation=tuple(d),
+                ceil_mode=bool(p["ceil_mode"]), count_include_pad=bool(p["count_include_pad"]),
+                divisor_override=p["divisor_override"], outputs=outputs)
+
+
+def match(ops: list[Op], problem: Problem) -> Spec | None:
+    if not ops or ops[0].kind != "pool":
+        return None
+    return spec_from(ops[0], _outputs(ops))
+
+
+# ------------------------------------------------------------------------------------------------------ planning
+
+THREADS = 256  # window / simple forward and gather backward blocks
+SEG_MAX = 48  # input elements one window-design thread holds per row (float registers)
+OUT_MAX = 16  # outputs one window-design thread keeps in registers
+COLSUM_MIN_WINDOW = 25  # avg 2d windows of this many elements or more use the column-sum design
+UNROLL_MAX = 16  # loops up to this trip count are fully unrolled
+# Blocks per SM each kernel is compiled for (caps registers: 2 -> 128, 4 -> 64 per thread): the window forward keeps
+# many loads in flight per thread; the others are light and want occupancy.
+MIN_BLOCKS = {"window": 2, "simple": 4, "colsum": 1, "gather": 4}
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """The op as a 3-d pool: sizes (D, H, W), outputs, window, stride, padding, dilation; adaptive=True keeps the
+    floor/ceil bins (kernel = the widest bin per dimension)."""
+
+    reduce: str  # avg | max
+    adaptive: bool
+    size: tuple[int, int, int]
+    out: tuple[int, int, int]
+    kernel: tuple[int, int, int]
+    stride: tuple[int, int, int]
+    padding: tuple[int, int, int]
+    dilation: tuple[int, int, int]
+
+
+def _lift(t: tuple[int, ...], fill: int) -> tuple[int, int, int]:
+    a, b, c = (fill,) * (3 - len(t)) + tuple(t)
+    return a, b, c
+
+
+def geometry(spec: Spec) -> Geometry:
+    reduce = "max" if spec.op in ("max", "adaptive_max") else "avg"
+    size, out = _lift(spec.size, 1), _lift(spec.out, 1)
+    if spec.op in ("avg", "max"):
+        return Geometry(reduce, False, size, out, _lift(spec.kernel, 1), _lift(spec.stride, 1), _lift(spec.padding, 0),
+                        _lift(spec.dilation, 1))
+    if all(s % o == 0 for s, o in zip(size, out)):  # equal bins: a fixed window, kernel = stride = size / out
+        k = _lift(tuple(s // o for s, o in zip(size, out)), 1)
+        return Geometry(reduce, False, size, out, k, k, (0, 0, 0), (1, 1, 1))
+    k = _lift(tuple(adaptive_max_window(o, s) for s, o in zip(size, out)), 1)
+    return Geometry(reduce, True, size, out, k, (1, 1, 1), (0, 0, 0), (1, 1, 1))
+
+
+def vec_widths(W: int, itemsize: int) -> list[int]:
+    """Elements per vector access, widest (16 bytes) first, each dividing W."""
+    v, out = 16 // itemsize, []
+    while v >= 1:
+        if W % v == 0:
+            out.append(v)
+        v //= 2
+    return out
+
+
+def window_tiling(g: Geometry, itemsize: int) -> dict | None:
+    """VO outputs along W and RH output rows per thread, VEC-element loads; None when no tiling fits registers."""
+    (_, H, W), (_, HO, WO) = g.size, g.out
+    (_, KH, KW), (_, SH, SW), (_, _, PW), (_, DH, DW) = g.kernel, g.stride, g.padding, g.dilation
+    ekw = (KW - 1) * DW + 1
+    for vec in vec_widths(W, itemsize):
+        al = ceil_div(PW, vec) * vec
+
+        def seg(vo: int) -> int:
+            return ceil_div(al - PW + (vo - 1) * SW + ekw, vec) * vec
+
+        vo = vec // math.gcd(vec, SW)
+        if vo > OUT_MAX or seg(vo) > SEG_MAX:
+            continue
+        min_outputs = max(1, 16 // itemsize)  # at least 16 bytes of output per thread where the row allows
+        while (vo * 2 <= OUT_MAX and seg(vo * 2) <= SEG_MAX and vo * 2 <= 1 << (WO - 1).bit_length()
+               and (vo < min_outputs or seg(vo) > 1.25 * vo * SW)):
+            vo *= 2
+        ekh = (KH - 1) * DH + 1
+        rh = 2 if (ekh > SH and HO > 1 and vo * 2 <= OUT_MAX and ceil_div(seg(vo), vec) * (SH + ekh) <= 64) else 1
+        nj = (rh - 1) * SH + ekh
+        return {"vec": vec, "vo": vo, "rh": rh, "al": al, "seg": seg(vo), "nj": nj, "chunks": ceil_div(WO, vo),
+                "groups": ceil_div(HO, rh)}
+    return None
+
+
+# The column-sum design (ported from the tuned AvgPool2d kernels).
+SMEM_FLOATS = 12 * 1024  # 48 KB of static shared memory per block
+MAX_SPAN = 4096  # input columns one forward tile covers
+TILE_ELEMS = 8192  # input elements per tile worth one block's launch
+
+
+def colsum_tiling(g: Geometry, itemsize: int) -> dict:
+    (_, H, W), (_, HO, WO) = g.size, g.out
+    (_, KH, KW), (_, SH, SW), (_, PH, PW) = g.kernel, g.stride, g.padding
+    vec = vec_widths(W, itemsize)[0]
+
+    def span(cols: int) -> int:  # colsum row length for a tile of `cols` output columns (start rounded down to vec)
+        return ceil_div((cols - 1) * SW + KW + vec - 1, vec) * vec
+
+    cols = WO if span(WO) <= MAX_SPAN else max(1, (MAX_SPAN - KW) // SW + 1)
+    if span(cols) > SMEM_FLOATS:
+        raise Unsupported(f"avg pooling kernel width {KW} needs more shared memory than a block has; kgen supports "
+                          "kernels up to ~8000 wide")
+    rows = 1
+    # More output rows per tile when windows overlap (fewer re-reads) or a tile is small; bounded by registers and smem.
+    while (rows < HO and rows * vec < 32 and (rows + 1) * span(cols) <= SMEM_FLOATS
+           and (KH > SH or ((rows - 1) * SH + KH) * span(cols) < TILE_ELEMS) and rows < 8):
+        rows += 1
+    if cols == WO:  # one column tile: the exact number of vectors a tile reads
+        ca = -((PW + vec - 1) // vec) * vec if PW else 0
+        c_lo, c_hi = max(ca, 0), min((WO - 1) * SW - PW + KW, W)
+        chunks = ceil_div(c_hi - c_lo, vec)
+    else:
+        chunks = span(cols) // vec
+    threads = min(512, max(32, ceil_div(chunks, 32) * 32))
+    in_rows = (rows - 1) * SH + KH
+    # Persistent, register-prefetching variant: one column tile, one vector chunk per thread, loads fit registers.
+    prefetch = cols == WO and chunks <= threads and in_rows * vec <= 64
+    b_cols = W if W <= MAX_SPAN else MAX_SPAN
+    b_rows = max(1, min(H, 16, TILE_ELEMS * 2 // b_cols))
+    gw = (b_cols + KW - 2) // SW + 2
+    while b_rows > 1 and b_rows * gw > SMEM_FLOATS:
+        b_rows -= 1
+    b_threads = min(512, max(32, ceil_div(b_rows * b_cols // vec, 32) * 32))
+    return {"vec": vec, "f_rows": rows, "f_cols": cols, "f_span": span(cols), "f_threads": threads,
+            "f_in_rows": in_rows, "f_prefetch": prefetch, "b_rows": b_rows, "b_cols": b_cols, "b_threads": b_threads,
+            "b_vec": vec}
+
+
+def _covering(n_in: int, n_out: int, k: int, s: int, p: int, d: int, adaptive: bool, group: int) -> int:
+    """The most windows (outputs) covering `group` consecutive inputs starting at a multiple of `group`."""
+    if adaptive:
+        return max(adaptive_end(i + group - 1, n_in, n_out) - adaptive_start(i, n_in, n_out)
+                   for i in range(0, n_in, group))
+    return max(1, min(n_out, ceil_div(group - 1 + (k - 1) * d + 1, s)))
+
+
+def gather_tiling(g: Geometry, itemsize: int) -> dict:
+    (D, H, W), (DO, HO, WO) = g.size, g.out
+    vec = vec_widths(W, itemsize)[0]
+    cov = [_covering(n, o, k, s, p, d, g.adaptive, grp) for n, o, k, s, p, d, grp in
+           zip(g.size, g.out, g.kernel, g.stride, g.padding, g.dilation, (1, 1, vec))]
+    return {"b_vec": vec, "ncd": cov[0], "nch": cov[1], "nqw": cov[2], "b_chunks": W // vec}
+
+
+def offset_type(g: Geometry) -> OffsetType:
+    n = math.prod(g.kernel)
+    return next(t for t in OFFSET_TYPES if n <= t.limit)
+
+
+def plan(spec: Spec) -> dict:
+    """Designs and tilings, derived once."""
+    g = geometry(spec)
+    isz = DTYPES[spec.dtype].size
+    KD, KH, KW = g.kernel
+    out: dict = {"geometry": g}
+    window = None if g.adaptive else window_tiling(g, isz)
+    if spec.nd == 2 and g.reduce == "avg" and not g.adaptive and KH * KW >= COLSUM_MIN_WINDOW:
+        out["forward"], out["tiling"] = "colsum", colsum_tiling(g, isz)
+    elif window is not None:
+        out["forward"], out["tiling"] = "window", window
+    else:
+        out["forward"], out["tiling"] = "simple", {}
+    out["backward"] = "none" if spec.outputs == "indices" else "colsum" if out["forward"] == "colsum" else "gather"
+    out["gather"] = gather_tiling(g, isz) if out["backward"] == "gather" else {}
+    return out
+
+
+def forward_variants(spec: Spec) -> list[tuple[bool, bool, bool]]:
+    """(write values, write int64 indices, write saved offsets) combinations the binding launches."""
+    max_pool = spec.op in ("max", "adaptive_max")
+    if spec.outputs == "indices":
+        return [(False, True, False)]
+    base = (True, spec.outputs == "both")
+    return [(*base, False)] + ([(*base, True)] if max_pool else [])
+
+
+def _cpp_shape(batch: str | None, dims: tuple[int, ...]) -> str:
+    return "{" + ", ".join(([batch] if batch else []) + [str(d) for d in dims]) + "}"
+
+
+def _py_shape(batch: str | None, dims: tuple[int, ...]) -> str:
+    items = ([batch] if batch else []) + [str(d) for d in dims]
+    return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+
+
+def context(spec: Spec) -> dict:
+    pl = plan(spec)
+    g: Geometry = pl["geometry"]
+    dt = DTYPES[spec.dtype]
+    off = offset_type(g)
+    (D, H, W), (DO, HO, WO) = g.size, g.out
+    (KD, KH, KW), (SD, SH, SW), (PD, PH, PW), (DD, DH, DW) = g.kernel, g.stride, g.padding, g.dilation
+    in_dims, out_dims = (spec.C,) + tuple(spec.size), (spec.C,) + tuple(spec.out)
+    batch = "n" if spec.batched else None
+    ctx = {
+        **{k: v for k, v in vars(spec).items()},
+        "reduce": g.reduce, "adaptive": g.adaptive, "design": pl["forward"], "backward": pl["backward"],
+        "D": D, "H": H, "W": W, "DO": DO, "HO": HO, "WO": WO, "KD": KD, "KH": KH, "KW": KW, "SD": SD, "SH": SH,
+        "SW": SW, "PD": PD, "PH": PH, "PW": PW, "DD": DD, "DH": DH, "DW": DW,
+        "ctype": dt.ctype, "aten_dtype": dt.aten, "itemsize": dt.size,
+        "off_ctype": off.ctype, "off_aten": off.aten, "off_torch": off.torch, "off_size": off.size,
+        "threads": THREADS, "unroll_max": UNROLL_MAX, "fwd_min_blocks": MIN_BLOCKS[pl["forward"]],
+        "bwd_min_blocks": MIN_BLOCKS["gather"],
+        "variants": forward_variants(spec),
+        # shapes for the binding ("-1": any batch; "n": the batch of this call) and the fake kernels
+        "x_want_cpp": _cpp_shape("-1" if spec.batched else None, in_dims), "x_shape_cpp": _cpp_shape(batch, in_dims),
+        "y_want_cpp": _cpp_shape("-1" if spec.batched else None, out_dims), "y_shape_cpp": _cpp_shape(batch, out_dims),
+        "x_shape_py": _py_shape(batch, in_dims), "y_shape_py": _py_shape(batch, out_dims),
+        **pl["tiling"], **pl["gather"],
+    }
+    return ctx
+
+
+def describe(spec: Spec) -> list[str]:
+    pl = plan(spec)
+    g: Geometry = pl["geometry"]
+    t = pl["tiling"]
+    what = {"avg": "average", "max": "max", "adaptive_avg": "adaptive average", "adaptive_max": "adaptive max"}[spec.op]
+    lines = [f"{what} pooling, {spec.nd}-d, {spec.dtype} (float32 accumulation), computed as a 3-d pool over "
+             f"(D, H, W) = {g.size} -> {g.out}{' with floor/ceil bins' if g.adaptive else f', window {g.kernel}'}."]
+    if pl["forward"] == "window":
+        lines.append(f"forward: each thread keeps {t['vo']} outputs along W x {t['rh']} output row(s) in registers and "
+                     f"streams the {t['nj']} input rows per window slice their windows cover with {t['vec'] * DTYPES[spec.dtype].size}-byte loads.")
+    elif pl["forward"] == "colsum":
+        lines.append(f"forward: one block per tile of {t['f_rows']} output row(s) x {t['f_cols']} output columns; each "
+                     "thread sums adjacent input columns down the window rows, then each output adds its column sums "
+                     "from shared memory and divides by PyTorch's divisor.")
+    else:
+        lines.append("forward: one thread per output, looping over its window (run-time bounds).")
+    if g.reduce == "max":
+        lines.append("Max pooling scans each window in PyTorch's order (NaN wins, ties keep the first element); with "
+                     "autograd on, forward also saves each output's in-window argmax offset "
+                     f"({offset_type(g).size} byte(s), not int64 indices).")
+    if pl["backward"] == "gather":
+        lines.append("backward: a deterministic gather; each thread writes adjacent grad_x elements, summing grad_y "
+                     "over the windows that can hold them (max pooling: where the saved argmax is the element).")
+    elif pl["backward"] == "colsum":
+        lines.append("backward: per tile of input rows, row sums of grad_y / divisor over the covering windows in "
+                     "shared memory, then every grad_x element gathers its windows (every element written).")
+    lines.append("Batch size is a run-time value; indexing that scales with it is 64-bit.")
+    return lines
+
+
+def module_context(spec: Spec, problem: Problem) -> dict:
+    return {}
+
+
+def traffic(spec: Spec, n: int) -> tuple[int, int]:
+    """Fewest bytes moved at batch n. Forward reads x and writes what it returns (values, int64 indices). With
+    gradients, max pooling also writes and later reads its saved argmax offsets; backward reads grad_y and writes
+    grad_x."""
+    n = n if spec.batched else 1
+    isz = DTYPES[spec.dtype].size
+    x_elems, y_elems = n * spec.C * math.prod(spec.size), n * spec.C * math.prod(spec.out)
+    fwd = x_elems * isz + (y_elems * isz if spec.outputs != "indices" else 0) + (8 * y_elems if spec.outputs != "values" else 0)
+    if spec.outputs == "indices":
+        return fwd, fwd
+    saved = 2 * y_elems * offset_type(geometry(spec)).size if spec.op in ("max", "adaptive_max") else 0
+    return fwd, fwd + saved + y_elems * isz + x_elems * isz

@@ -1,0 +1,125 @@
+// pool family fixed helpers (pulled into each rendered kernel by Jinja include; no torch headers): element types
+// as float registers, and 2- to 16-byte vector loads / stores of any element type.
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+
+namespace pool {
+
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <typename T> __device__ __forceinline__ T from_float(float v);
+template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
+template <> __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+
+// An element's bits (low bits of a 32-bit word) and back.
+__device__ __forceinline__ unsigned bits_of(float v) { return __float_as_uint(v); }
+__device__ __forceinline__ unsigned bits_of(__half v) { return __half_as_ushort(v); }
+__device__ __forceinline__ unsigned bits_of(__nv_bfloat16 v) { return __bfloat16_as_ushort(v); }
+
+template <typename T> __device__ __forceinline__ T of_bits(unsigned b);
+template <> __device__ __forceinline__ float of_bits<float>(unsigned b) { return __uint_as_float(b); }
+template <> __device__ __forceinline__ __half of_bits<__half>(unsigned b) { return __ushort_as_half(static_cast<unsigned short>(b)); }
+template <> __device__ __forceinline__ __nv_bfloat16 of_bits<__nv_bfloat16>(unsigned b) {
+  return __ushort_as_bfloat16(static_cast<unsigned short>(b));
+}
+
+// 32-bit words holding B bytes (B = 1, 2, 4, 8 or 16).
+template <int B> struct Words { unsigned w[B >= 4 ? B / 4 : 1]; };
+
+template <int B>
+__device__ __forceinline__ Words<B> load_words(const void* __restrict__ p) {
+  static_assert(B == 1 || B == 2 || B == 4 || B == 8 || B == 16, "vector loads move 1, 2, 4, 8 or 16 bytes");
+  Words<B> r;
+  if constexpr (B == 16) {
+    const uint4 t = __ldg(reinterpret_cast<const uint4*>(p));
+    r.w[0] = t.x; r.w[1] = t.y; r.w[2] = t.z; r.w[3] = t.w;
+  } else if constexpr (B == 8) {
+    const uint2 t = __ldg(reinterpret_cast<const uint2*>(p));
+    r.w[0] = t.x; r.w[1] = t.y;
+  } else if constexpr (B == 4) {
+    r.w[0] = __ldg(reinterpret_cast<const unsigned*>(p));
+  } else if constexpr (B == 2) {
+    r.w[0] = __ldg(reinterpret_cast<const unsigned short*>(p));
+  } else {
+    r.w[0] = __ldg(reinterpret_cast<const unsigned char*>(p));
+  }
+  return r;
+}
+
+// STREAM: evict-first stores for outputs this kernel never reads again.
+template <int B, bool STREAM>
+__device__ __forceinline__ void store_words(void* __restrict__ p, const Words<B>& r) {
+  static_assert(B == 1 || B == 2 || B == 4 || B == 8 || B == 16, "vector stores move 1, 2, 4, 8 or 16 bytes");
+  if constexpr (B == 16) {
+    const uint4 t = make_uint4(r.w[0], r.w[1], r.w[2], r.w[3]);
+    if constexpr (STREAM) __stcs(reinterpret_cast<uint4*>(p), t); else *reinterpret_cast<uint4*>(p) = t;
+  } else if constexpr (B == 8) {
+    const uint2 t = make_uint2(r.w[0], r.w[1]);
+    if constexpr (STREAM) __stcs(reinterpret_cast<uint2*>(p), t); else *reinterpret_cast<uint2*>(p) = t;
+  } else if constexpr (B == 4) {
+    if constexpr (STREAM) __stcs(reinterpret_cast<unsigned*>(p), r.w[0]); else *reinterpret_cast<unsigned*>(p) = r.w[0];
+  } else if constexpr (B == 2) {
+    *reinterpret_cast<unsigned short*>(p) = static_cast<unsigned short>(r.w[0]);
+  } else {
+    *reinterpret_cast<unsigned char*>(p) = static_cast<unsigned char>(r.w[0]);
+  }
+}
+
+// Element e (S bytes wide) of packed words.
+template <int S, int B>
+__device__ __forceinline__ unsigned extract(const Words<B>& r, int e) {
+  if constexpr (S == 4) {
+    return r.w[e];
+  } else {
+    return (r.w[(e * S) / 4] >> (((e * S) % 4) * 8)) & ((1u << (8 * S)) - 1u);
+  }
+}
+
+// N elements of T at p (N * sizeof(T) bytes, that many aligned) as floats.
+template <typename T, int N>
+__device__ __forceinline__ void load(const T* __restrict__ p, float (&out)[N]) {
+  constexpr int B = N * static_cast<int>(sizeof(T));
+  const Words<B> r = load_words<B>(p);
+#pragma unroll
+  for (int e = 0; e < N; ++e) out[e] = to_float(of_bits<T>(extract<static_cast<int>(sizeof(T))>(r, e)));
+}
+
+// N elements of S bytes each (their bits in v) stored at p in pieces of at most 16 bytes (p aligned to them).
+template <int S, int N, bool STREAM>
+__device__ __forceinline__ void store_bits(void* __restrict__ p, const unsigned (&v)[N]) {
+  constexpr int B = N * S;
+  constexpr int PIECE = B < 16 ? B : 16;
+  constexpr int PER = PIECE / S;
+  static_assert(B % PIECE == 0 && PER >= 1, "whole pieces");
+#pragma unroll
+  for (int c = 0; c < B / PIECE; ++c) {
+    Words<PIECE> r;
+#pragma unroll
+    for (int i = 0; i < (PIECE >= 4 ? PIECE / 4 : 1); ++i) r.w[i] = 0u;
+#pragma unroll
+    for (int e = 0; e < PER; ++e) {
+      if constexpr (S == 4) {
+        r.w[e] = v[c * PER + e];
+      } else {
+        r.w[(e * S) / 4] |= v[c * PER + e] << (((e * S) % 4) * 8);
+      }
+    }
+    store_words<PIECE, STREAM>(static_cast<char*>(p) + c * PIECE, r);
+  }
+}
+
+// N floats stored as N elements of T.
+template <typename T, int N, bool STREAM>
+__device__ __forceinline__ void store(T* __restrict__ p, const float (&v)[N]) {
+  unsigned b[N];
+#pragma unroll
+  for (int e = 0; e < N; ++e) b[e] = bits_of(from_float<T>(v[e]));
+  store_bits<static_cast<int>(sizeof(T)), N, STREAM>(p, b);
+}
+
+__host__ __device__ constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+}  // namespace pool

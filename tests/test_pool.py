@@ -1,0 +1,463 @@
+"""pool family: every PyTorch pooling layer (1d/2d/3d average, max, adaptive average, adaptive max) in float32,
+float16 and bfloat16.
+
+CPU tier: specs of random in-scope problems against PyTorch's own output shapes; refusals; the tiling plans.
+GPU tier (@pytest.mark.gpu): forward, indices and every gradient against PyTorch for every case; NaN propagation,
+ties, -inf, return_indices, unbatched input, batch 0, grad_y broadcast from y.sum(), bitwise-deterministic backward.
+
+Exports for the generic tiers: CASES (id, problem source), HARDENING (one small float32 problem) and
+random_problem(rng) (a random problem anywhere in the family's scope).
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from kgen.errors import KgenError, Unsupported
+from kgen.families import pool
+from kgen.ops import chain
+from kgen.problem import load_problem
+from tests.helpers import poison_cuda_allocator, reference_and_new, write_problem
+
+OPS = ("avg", "max", "adaptive_avg", "adaptive_max")
+DTYPES = ("float32", "float16", "bfloat16")
+MODULE = {"avg": "AvgPool", "max": "MaxPool", "adaptive_avg": "AdaptiveAvgPool", "adaptive_max": "AdaptiveMaxPool"}
+FUNCTION = {"avg": "avg_pool", "max": "max_pool", "adaptive_avg": "adaptive_avg_pool", "adaptive_max": "adaptive_max_pool"}
+TOL = {"float32": 1e-4, "float16": 1e-2, "bfloat16": 1e-2}
+
+
+def pool_problem(op: str, nd: int, shape: tuple, kw: dict, form: str = "module", index: int | None = None,
+                 dtype: str = "float32") -> str:
+    """A problem file applying one pooling op: form "module" (nn.<Op>Pool<nd>d(**kw)), "functional"
+    (F.<op>_pool<nd>d(x, **kw)) or "torch" (torch.max_pool<nd>d / torch.adaptive_*_pool1d); index picks [0] or [1]
+    of a (values, indices) result."""
+    args = ", ".join(f"{k}={v!r}" for k, v in kw.items())
+    pick = "" if index is None else f"[{index}]"
+    if form == "module":
+        init = f"        self.pool = nn.{MODULE[op]}{nd}d({args})\n"
+        call = f"self.pool(x){pick}"
+    else:
+        init = ""
+        prefix = "F." if form == "functional" else "torch."
+        call = f"{prefix}{FUNCTION[op]}{nd}d(x{', ' + args if args else ''}){pick}"
+    dt = "" if dtype == "float32" else f", dtype=torch.{dtype}"
+    return f'''import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+{init}
+    def forward(self, x):
+        return {call}
+
+
+def get_inputs():
+    return [torch.rand({", ".join(map(str, shape))}{dt})]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+# (op, nd, dtype, shape, kwargs, form, index)
+_TABLE = [
+    ("avg", 1, "float32", (2, 3, 37), dict(kernel_size=3, stride=2, padding=1, ceil_mode=True, count_include_pad=False), "module", None),
+    ("avg", 1, "float16", (3, 5, 64), dict(kernel_size=5, stride=1, padding=2), "functional", None),
+    ("avg", 1, "bfloat16", (2, 4, 50), dict(kernel_size=4), "module", None),
+    ("avg", 2, "float32", (2, 3, 21, 24), dict(kernel_size=3, stride=2, padding=1, ceil_mode=True, count_include_pad=False), "module", None),
+    ("avg", 2, "float16", (2, 4, 33, 29), dict(kernel_size=(3, 5), stride=(2, 1), padding=(1, 2), divisor_override=7), "functional", None),
+    ("avg", 2, "bfloat16", (1, 3, 40, 48), dict(kernel_size=5, stride=1), "module", None),  # column-sum design
+    ("avg", 3, "float32", (2, 3, 9, 10, 11), dict(kernel_size=3, stride=2, padding=1, ceil_mode=True), "module", None),
+    ("avg", 3, "float16", (1, 2, 8, 12, 16), dict(kernel_size=2), "functional", None),
+    ("avg", 3, "bfloat16", (2, 2, 7, 9, 10), dict(kernel_size=(3, 2, 3), stride=(1, 2, 2), padding=(1, 0, 1), count_include_pad=False, divisor_override=5), "module", None),
+    ("max", 1, "float32", (2, 3, 45), dict(kernel_size=4, stride=2, padding=1, dilation=2, ceil_mode=True), "module", None),
+    ("max", 1, "float16", (3, 4, 64), dict(kernel_size=3, stride=2, padding=1), "functional", None),
+    ("max", 1, "bfloat16", (2, 3, 33), dict(kernel_size=2), "torch", None),
+    ("max", 2, "float32", (3, 4, 21, 24), dict(kernel_size=3, stride=2, padding=1), "module", None),
+    ("max", 2, "float16", (2, 3, 17, 19), dict(kernel_size=(2, 3), stride=(1, 2), padding=1, dilation=(2, 1), ceil_mode=True), "module", None),
+    ("max", 2, "bfloat16", (2, 3, 16, 16), dict(kernel_size=2, return_indices=True), "functional", None),
+    ("max", 3, "float32", (2, 2, 9, 10, 12), dict(kernel_size=3, stride=2, padding=1, return_indices=True), "module", None),
+    ("max", 3, "float16", (1, 3, 8, 9, 10), dict(kernel_size=(2, 3, 3), stride=(2, 1, 2), dilation=(1, 2, 1)), "functional", None),
+    ("max", 3, "bfloat16", (2, 2, 6, 8, 8), dict(kernel_size=2), "module", None),
+    ("adaptive_avg", 1, "float32", (2, 3, 37), dict(output_size=5), "module", None),
+    ("adaptive_avg", 1, "float16", (3, 4, 64), dict(output_size=8), "torch", None),
+    ("adaptive_avg", 1, "bfloat16", (2, 3, 10), dict(output_size=7), "functional", None),
+    ("adaptive_avg", 2, "float32", (2, 3, 13, 13), dict(output_size=(6, 6)), "module", None),
+    ("adaptive_avg", 2, "float16", (2, 4, 28, 28), dict(output_size=7), "functional", None),
+    ("adaptive_avg", 2, "bfloat16", (2, 3, 9, 11), dict(output_size=(None, 4)), "module", None),
+    ("adaptive_avg", 3, "float32", (2, 2, 7, 9, 10), dict(output_size=(3, 4, 5)), "module", None),
+    ("adaptive_avg", 3, "float16", (1, 2, 8, 8, 8), dict(output_size=2), "functional", None),
+    ("adaptive_avg", 3, "bfloat16", (2, 2, 5, 6, 7), dict(output_size=(None, 3, 10)), "module", None),
+    ("adaptive_max", 1, "float32", (2, 3, 37), dict(output_size=5, return_indices=True), "module", None),
+    ("adaptive_max", 1, "float16", (3, 4, 64), dict(output_size=8), "functional", None),
+    ("adaptive_max", 1, "bfloat16", (2, 3, 5), dict(output_size=8), "module", None),
+    ("adaptive_max", 2, "float32", (2, 3, 13, 13), dict(output_size=(6, 6)), "functional", None),
+    ("adaptive_max", 2, "float16", (2, 4, 28, 28), dict(output_size=7, return_indices=True), "module", None),
+    ("adaptive_max", 2, "bfloat16", (2, 3, 9, 11), dict(output_size=(None, 4)), "module", None),
+    ("adaptive_max", 3, "float32", (2, 2, 7, 9, 10), dict(output_size=(3, 4, 5), return_indices=True), "functional", None),
+    ("adaptive_max", 3, "float16", (1, 2, 8, 8, 8), dict(output_size=2), "module", None),
+    ("adaptive_max", 3, "bfloat16", (2, 2, 5, 6, 7), dict(output_size=(3, None, 2)), "module", None),
+    # unbatched input, [0] / [1] of (values, indices), builtin forms, odd widths, the two forward fallbacks
+    ("max", 2, "float32", (4, 21, 24), dict(kernel_size=3, stride=2, padding=1), "module", None),
+    ("avg", 1, "float32", (3, 40), dict(kernel_size=3, stride=1, padding=1), "functional", None),
+    ("adaptive_avg", 3, "float32", (2, 6, 7, 8), dict(output_size=(3, None, 5)), "module", None),
+    ("max", 2, "float32", (2, 3, 15, 16), dict(kernel_size=2, return_indices=True), "functional", 0),
+    ("max", 2, "float32", (2, 3, 15, 16), dict(kernel_size=3, stride=2, return_indices=True), "functional", 1),
+    ("max", 1, "float32", (2, 3, 30), dict(kernel_size=3, stride=2, return_indices=True), "module", 1),
+    ("max", 3, "float32", (1, 2, 6, 7, 9), dict(kernel_size=2, stride=1), "torch", None),
+    ("max", 2, "float16", (2, 3, 15, 17), dict(kernel_size=3, stride=2), "module", None),  # odd W: scalar loads
+    ("max", 1, "float32", (2, 3, 300), dict(kernel_size=60, stride=7, padding=3), "module", None),  # wide: one thread per output
+    ("avg", 2, "float32", (1, 2, 100, 2048), dict(kernel_size=11), "module", None),  # the bundled window, persistent tiles
+    ("avg", 2, "float32", (1, 2, 12, 5000), dict(kernel_size=5, stride=1, padding=2, ceil_mode=True), "module", None),  # column tiles
+]
+
+
+def _case_id(op, nd, dtype, shape, kw, form, index) -> str:
+    tail = f"_i{index}" if index is not None else ""
+    return f"{op}{nd}d_{dtype}_{'x'.join(map(str, shape))}_{form}{tail}"
+
+
+CASES: list[tuple[str, str]] = [(_case_id(*row), pool_problem(row[0], row[1], row[3], row[4], row[5], row[6], row[2]))
+                                for row in _TABLE]
+
+HARDENING: str = pool_problem("max", 2, (3, 4, 21, 24), dict(kernel_size=3, stride=2, padding=1))
+
+
+# ------------------------------------------------------------------------------------------------ random problems
+
+
+def _tuple_or_int(rng: random.Random, values: list[int]):
+    return values[0] if len(set(values)) == 1 and rng.random() < 0.7 else tuple(values)
+
+
+def _meta_result(op: str, nd: int, shape: tuple, kw: dict):
+    x = torch.empty(shape, device="meta")
+    return getattr(F, f"{FUNCTION[op]}{nd}d")(x, **kw)
+
+
+def _windows_reach_input(size: int, k: int, s: int, p: int, d: int, out: int) -> bool:
+    """Every window holds at least one input element (PyTorch's backward of an all-padding max window is not a
+    gradient of anything; such problems are left out of the random draws)."""
+    return all(any(0 <= o * s - p + t * d < size for t in range(k)) for o in range(out))
+
+
+def random_problem(rng: random.Random) -> str:
+    """A random problem anywhere in the pool family's scope: every op, rank, argument, dtype and form."""
+    while True:
+        op, nd, dtype = rng.choice(OPS), rng.choice((1, 2, 3)), rng.choice(DTYPES)
+        hi = {1: 120, 2: 24, 3: 11}[nd]
+        size = [rng.randint(1, hi) for _ in range(nd)]
+        if nd == 1 and rng.random() < 0.15:
+            size = [rng.randint(100, 400)]
+        batched = rng.random() < 0.8
+        shape = ((rng.randint(1, 3),) if batched else ()) + (rng.randint(1, 4),) + tuple(size)
+        kw: dict = {}
+        if op in ("avg", "max"):
+            kmax = 70 if nd == 1 and size[0] >= 100 and rng.random() < 0.5 else 6
+            k = [rng.randint(1, max(1, min(kmax, s))) for s in size]
+            d = [rng.choice((1, 1, 2, 3)) for _ in size] if op == "max" else [1] * nd
+            p = [rng.randint(0, kk // 2) for kk in k]
+            kw["kernel_size"] = _tuple_or_int(rng, k)
+            if rng.random() < 0.7:
+                kw["stride"] = _tuple_or_int(rng, [rng.randint(1, 4) for _ in size])
+            if any(p) or rng.random() < 0.2:
+                kw["padding"] = _tuple_or_int(rng, p)
+            if op == "max" and (any(dd > 1 for dd in d) or rng.random() < 0.2):
+                kw["dilation"] = _tuple_or_int(rng, d)
+            if rng.random() < 0.4:
+                kw["ceil_mode"] = True
+            if op == "avg" and rng.random() < 0.4:
+                kw["count_include_pad"] = False
+            if op == "avg" and nd > 1 and rng.random() < 0.25:
+                kw["divisor_override"] = rng.randint(1, 9)
+        else:
+            out = [None if rng.random() < 0.15 else rng.randint(1, s + 3) for s in size]
+            kw["output_size"] = out[0] if nd == 1 or (len(set(out)) == 1 and rng.random() < 0.5) else tuple(out)
+            if kw["output_size"] is None:
+                kw["output_size"] = tuple(out) if nd > 1 else rng.randint(1, size[0] + 3)
+        max_like = op in ("max", "adaptive_max")
+        if max_like and rng.random() < 0.35:
+            kw["return_indices"] = True
+        forms = ["module", "module", "functional"]
+        if op == "max" and "return_indices" not in kw:
+            forms.append("torch")
+        if nd == 1 and op in ("adaptive_avg", "adaptive_max") and "return_indices" not in kw:
+            forms.append("torch")
+        form = rng.choice(forms)
+        returns_tuple = kw.get("return_indices", False) or (form == "torch" and op == "adaptive_max")
+        index = rng.choice((None, 0, 1)) if returns_tuple else None
+        try:  # the draw must be a call PyTorch accepts
+            result = _meta_result(op, nd, shape, {k: v for k, v in kw.items()})
+        except (RuntimeError, ValueError, TypeError):
+            continue
+        y = result[0] if isinstance(result, tuple) else result
+        if y.numel() == 0 or min(y.shape[-nd:]) <= 0:
+            continue
+        if form == "torch" and op == "max":  # torch.max_pool<nd>d has no default stride
+            kw.setdefault("stride", kw["kernel_size"])
+        if op == "max":
+            lift = lambda v: v if isinstance(v, tuple) else (v,) * nd  # noqa: E731
+            k, s = lift(kw["kernel_size"]), lift(kw.get("stride", kw["kernel_size"]))
+            p, d = lift(kw.get("padding", 0)), lift(kw.get("dilation", 1))
+            if not all(_windows_reach_input(n, *a) for n, *a in zip(size, k, s, p, d, y.shape[-nd:])):
+                continue
+        return pool_problem(op, nd, shape, kw, form, index, dtype)
+
+
+# ------------------------------------------------------------------------------------------------------- CPU tier
+
+
+def _spec(source: str):
+    problem = load_problem(write_problem(source))
+    return pool.match(chain(problem), problem), problem
+
+
+def _eager_output(source: str):
+    ns: dict = {"__name__": "ref"}
+    exec(compile(source, "<problem>", "exec"), ns)
+    model = ns["Model"](*ns["get_init_inputs"]())
+    with torch.device("meta"):
+        x = ns["get_inputs"]()[0]
+    return model(torch.rand(tuple(x.shape)))
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_random_problem_spec_matches_pytorch(seed):
+    source = random_problem(random.Random(seed))
+    spec, _ = _spec(source)
+    out = _eager_output(source)
+    values = out[0] if isinstance(out, tuple) else out
+    assert tuple(values.shape[-spec.nd - 1:]) == (spec.C,) + spec.out
+    assert values.dim() == spec.nd + (2 if spec.batched else 1)
+    want = "both" if isinstance(out, tuple) else "indices" if values.dtype == torch.int64 else "values"
+    assert spec.outputs == want
+    ctx = pool.context(spec)
+    assert ctx["design"] in ("window", "colsum", "simple") and pool.describe(spec)
+    fwd, train = pool.traffic(spec, 2)
+    assert 0 < fwd <= train
+
+
+@pytest.mark.parametrize("case_id,source", CASES, ids=[c[0] for c in CASES])
+def test_cases_render(case_id, source):
+    from kgen import emit
+
+    gen = emit.generate(write_problem(source))
+    assert gen.family == "pool"
+    text = gen.files["model_new.py"]
+    compile(text, "model_new.py", "exec")
+    import re
+
+    assert not re.search(r"\b(pass|try|except)\b", text, re.IGNORECASE)
+    assert "torch.nn.functional" not in text.split("# ---- kgen runtime")[1] and "F." not in text.split("class ModelNew")[1]
+
+
+def test_module_and_functional_forms_give_one_spec():
+    kw = dict(kernel_size=3, stride=2, padding=1, dilation=2, ceil_mode=True)
+    a, _ = _spec(pool_problem("max", 2, (2, 3, 17, 19), kw, "module"))
+    b, _ = _spec(pool_problem("max", 2, (2, 3, 17, 19), kw, "functional"))
+    assert a == b
+
+
+def test_equal_adaptive_bins_become_a_fixed_window():
+    spec, _ = _spec(pool_problem("adaptive_avg", 2, (2, 3, 28, 28), dict(output_size=7)))
+    ctx = pool.context(spec)
+    assert not ctx["adaptive"] and (ctx["KH"], ctx["SH"], ctx["design"]) == (4, 4, "window")
+    spec, _ = _spec(pool_problem("adaptive_max", 2, (2, 3, 13, 13), dict(output_size=6)))
+    assert pool.context(spec)["adaptive"] and pool.context(spec)["design"] == "simple"
+
+
+def test_bundled_avg_pool2d_keeps_the_tuned_design():
+    spec, _ = _spec(open("kgen/problems/avg_pool2d.py").read())
+    t = pool.context(spec)
+    assert (t["design"], t["backward"], t["vec"], t["f_rows"], t["f_cols"], t["f_threads"]) == ("colsum", "colsum", 4, 1, 186, 512)
+
+
+def test_offsets_are_compact():
+    spec, _ = _spec(pool_problem("max", 3, (2, 2, 9, 10, 12), dict(kernel_size=3)))
+    assert pool.context(spec)["off_ctype"] == "uint8_t"
+    spec, _ = _spec(pool_problem("max", 2, (1, 1, 40, 40), dict(kernel_size=20)))
+    assert pool.context(spec)["off_ctype"] == "uint16_t"
+
+
+@pytest.mark.parametrize("op,nd,shape,kw,message", [
+    ("max", 2, (1, 2, 20, 20), dict(kernel_size=3, padding=2), "half"),
+    ("avg", 2, (1, 2, 20, 20), dict(kernel_size=3, divisor_override=0), "divisor"),
+    ("avg", 2, (1, 2, 20, 20), dict(kernel_size=3, stride=0), "stride"),
+    ("max", 2, (1, 2, 20, 20), dict(kernel_size=3, dilation=0), "dilation"),
+])
+def test_invalid_arguments_refused_at_generate_time(op, nd, shape, kw, message):
+    with pytest.raises(KgenError, match=message):
+        _spec(pool_problem(op, nd, shape, kw, "functional"))
+
+
+def test_integer_input_refused():
+    source = pool_problem("max", 2, (1, 2, 8, 8), dict(kernel_size=2)).replace("torch.rand(1, 2, 8, 8)", "torch.rand(1, 2, 8, 8, dtype=torch.float64)")
+    with pytest.raises(Unsupported, match="float32, float16 or bfloat16"):
+        _spec(source)
+
+
+def test_op_after_the_pool_refused():
+    source = pool_problem("max", 2, (1, 2, 8, 8), dict(kernel_size=2)).replace("return self.pool(x)", "return torch.relu(self.pool(x))")
+    with pytest.raises(Unsupported, match="outside the pool family"):
+        _spec(source)
+
+
+def test_plan_every_random_draw_compiles_to_a_design():
+    rng = random.Random(7)
+    designs = set()
+    for _ in range(40):
+        spec, _ = _spec(random_problem(rng))
+        designs.add(pool.context(spec)["design"])
+    assert {"window", "simple"} <= designs
+
+
+# ------------------------------------------------------------------------------------------------------- GPU tier
+
+
+def _split(out):
+    """(values or None, indices or None) of a model's result."""
+    if isinstance(out, tuple):
+        return out[0], out[1]
+    return (None, out) if out.dtype == torch.int64 else (out, None)
+
+
+def check_against_pytorch(source: str, x: torch.Tensor | None = None, grad_sum: bool = False):
+    """Forward values, int64 indices and the input gradient of ModelNew against the problem's Model."""
+    model, new, ns, user = reference_and_new(source)
+    with torch.device("meta"):
+        meta = user["get_inputs"]()[0]
+    if x is None:
+        torch.manual_seed(0)
+        x = torch.rand(tuple(meta.shape), device="cuda").to(meta.dtype)
+    tol = TOL[str(meta.dtype).removeprefix("torch.")]
+    x_ref, x_new = x.detach().clone().requires_grad_(True), x.detach().clone().requires_grad_(True)
+    ref_v, ref_i = _split(model(x_ref))
+    poison_cuda_allocator(4 * x.numel() + 4096)
+    new_v, new_i = _split(new(x_new))
+    if ref_v is not None:
+        assert new_v.dtype == ref_v.dtype and new_v.shape == ref_v.shape
+        torch.testing.assert_close(new_v, ref_v, atol=tol, rtol=tol, equal_nan=True)
+    if ref_i is not None:
+        assert new_i.dtype == torch.int64 and torch.equal(new_i, ref_i)
+    if ref_v is not None and x.numel():
+        if grad_sum:
+            ref_v.sum().backward()
+            new_v.sum().backward()
+        else:
+            g = torch.randn(ref_v.shape, device="cuda").to(ref_v.dtype)
+            ref_v.backward(g)
+            poison_cuda_allocator(4 * x.numel() + 4096)
+            new_v.backward(g)
+        torch.testing.assert_close(x_new.grad, x_ref.grad, atol=tol, rtol=tol, equal_nan=True)
+    return new, x_new
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case_id,source", CASES, ids=[c[0] for c in CASES])
+def test_case_matches_pytorch(case_id, source):
+    check_against_pytorch(source)
+
+
+def _max2d(**kw):
+    return pool_problem("max", 2, (2, 3, 11, 12), dict(kernel_size=3, stride=2, padding=1, return_indices=True, **kw))
+
+
+@pytest.mark.gpu
+def test_nan_propagates_and_the_last_nan_wins():
+    x = torch.rand(2, 3, 11, 12, device="cuda")
+    x[0, 0, 2, 3] = float("nan")
+    x[0, 0, 3, 4] = float("nan")  # the same windows: PyTorch keeps the last NaN in scan order
+    x[1, 2, :, 5] = float("nan")
+    check_against_pytorch(_max2d(), x)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("value", [0.0, float("-inf")])
+def test_ties_and_minus_inf_pick_pytorchs_element(value):
+    x = torch.full((2, 3, 11, 12), value, device="cuda")
+    check_against_pytorch(_max2d(), x)
+    check_against_pytorch(pool_problem("max", 3, (1, 2, 5, 6, 7), dict(kernel_size=3, stride=1, padding=1, dilation=(1, 1, 2), return_indices=True)),
+                          torch.full((1, 2, 5, 6, 7), value, device="cuda"))
+    check_against_pytorch(pool_problem("adaptive_max", 2, (2, 3, 9, 11), dict(output_size=(4, 5), return_indices=True)),
+                          torch.full((2, 3, 9, 11), value, device="cuda"))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_half_type_ties_match_pytorch(dtype):
+    x = (torch.randint(0, 4, (2, 3, 11, 12), device="cuda").to(getattr(torch, dtype)))  # many ties
+    check_against_pytorch(_max2d().replace("torch.rand(2, 3, 11, 12)", f"torch.rand(2, 3, 11, 12, dtype=torch.{dtype})"), x)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", [0, 12, 22, 27, 36])
+def test_gradient_of_sum_reads_the_broadcast_grad(case):
+    check_against_pytorch(CASES[case][1], grad_sum=True)
+
+
+@pytest.mark.gpu
+def test_unbatched_input():
+    check_against_pytorch(pool_problem("max", 2, (4, 21, 24), dict(kernel_size=3, stride=2, padding=1, return_indices=True)))
+    check_against_pytorch(pool_problem("adaptive_avg", 1, (3, 17), dict(output_size=5)))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", [6, 12, 15, 24])
+def test_batch_is_a_runtime_value_and_may_be_zero(case):
+    source = CASES[case][1]
+    model, new, ns, user = reference_and_new(source)
+    with torch.device("meta"):
+        meta = user["get_inputs"]()[0]
+    for n in (5, 0):
+        x = torch.rand((n,) + tuple(meta.shape[1:]), device="cuda").to(meta.dtype)
+        check_against_pytorch(source, x)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", [9, 12, 15, 6, 31])
+def test_backward_is_deterministic(case):
+    source = CASES[case][1]
+    new, x = check_against_pytorch(source)
+    grads = []
+    for _ in range(2):
+        x.grad = None
+        v, _ = _split(new(x))
+        v.backward(torch.ones_like(v) * 0.37)
+        grads.append(x.grad.clone())
+    assert torch.equal(grads[0], grads[1])
+
+
+@pytest.mark.gpu
+def test_non_contiguous_and_channels_last_inputs():
+    source = CASES[12][1]
+    x = torch.rand(3, 4, 24, 21, device="cuda").transpose(2, 3)
+    check_against_pytorch(source, x)
+    check_against_pytorch(source, torch.rand(3, 4, 21, 24, device="cuda").to(memory_format=torch.channels_last))
+    check_against_pytorch(source, torch.rand(3 * 4 * 21 * 24 + 1, device="cuda")[1:].view(3, 4, 21, 24))  # misaligned
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", [14, 3])
+def test_opcheck_and_compile_fullgraph(case):
+    model, new, ns, user = reference_and_new(CASES[case][1])
+    with torch.device("meta"):
+        meta = user["get_inputs"]()[0]
+    x = torch.rand(tuple(meta.shape), device="cuda").to(meta.dtype).requires_grad_(True)
+    torch.library.opcheck(getattr(torch.ops, ns["KGEN_NAMESPACE"]).forward, (x,))
+    compiled = torch.compile(new, fullgraph=True)
+    got, want = _split(compiled(x)), _split(new(x))
+    for a, b in zip(got, want):
+        if a is not None:
+            torch.testing.assert_close(a, b, atol=0, rtol=0)
+    v = got[0]
+    v.float().sum().backward()
+    assert x.grad is not None and x.grad.shape == x.shape
