@@ -130,13 +130,15 @@ def _r(a: int, b: int) -> int:
 
 
 # Shared-memory budgets per block of each kernel path (built with -DKGEN_SM90=1 or 0; the template static_asserts
-# the per-block maximum). SM90: 227 KB per block, 228 KB per SM, two blocks per SM at <= 113 KB each.
+# the per-block maximum). Tile budgets (positions) are tried in order, within the largest K chunk that fits.
+# SM90: 227 KB per block, 228 KB per SM, two blocks per SM at <= 113 KB each.
 # SM80 (sm_80/86/89): sm_86/89 allow 99 KB per block; sm_80 has 164 KB per SM, so <= 81 KB keeps two forward blocks
-# per SM there; 128-position tiles (8 m-tiles, one per warp) and W staged unsplit (half the smem of the fragments).
+# per SM there; 128-position tiles (8 m-tiles, one per warp) where they fit, smaller ones for wide CO; W staged
+# unsplit (half the smem of the fragments).
 PATHS = {
-    "SM90": dict(fwd_budget=240, bwd_budgets=(160, 256, 512, 1024, 4096), wfrag=1,
+    "SM90": dict(fwd_budgets=(240,), bwd_budgets=(160, 256, 512, 1024, 4096), wfrag=1,
                  f_cap=200 * 1024, b_cap=200 * 1024, limit=SMEM_LIMIT),
-    "SM80": dict(fwd_budget=128, bwd_budgets=(128, 256, 512, 1024, 4096), wfrag=0,
+    "SM80": dict(fwd_budgets=(128, 96, 64, 32, 16), bwd_budgets=(128, 96, 64, 48, 32, 16, 256, 512, 1024, 4096), wfrag=0,
                  f_cap=81 * 1024, b_cap=99 * 1024, limit=99 * 1024),
 }
 # Loop unrolls of the backward (box sums, grad_w position steps, GEMM3 k steps, cell gather): measured best on H200.
@@ -177,24 +179,28 @@ def derive(spec: Spec) -> dict:
                     best = (key, tph, tpw, _r(m, 16))
         return best
 
-    def plan(fwd_budget: int, bwd_budgets: tuple, wfrag: int, f_cap: int, b_cap: int, limit: int) -> dict:
-        f = best_tile(fwd_budget, False)
-        b = next((t for t in (best_tile(bb, True) for bb in bwd_budgets) if t is not None), None)
-        if b is None:
+    def plan(fwd_budgets: tuple, bwd_budgets: tuple, wfrag: int, f_cap: int, b_cap: int, limit: int) -> dict:
+        fwd = [t for t in (best_tile(fb, False) for fb in fwd_budgets) if t is not None]
+        bwd = [t for t in (best_tile(bb, True) for bb in bwd_budgets) if t is not None]
+        if not bwd:
             raise Unsupported(f"pool/conv windows ({PR}x{PC} input pixels per pooled output) are too large for the backward tiling")
-        f_mpad, b_mpad = f[3], b[3]
 
-        def smem(ci_chunk: int) -> tuple[int, int]:  # the template's F_SMEM and B_SMEM
+        def smem(ci_chunk: int, f_mpad: int, b_mpad: int) -> tuple[int, int]:  # the template's F_SMEM and B_SMEM
             kc8 = _r(ci_chunk * KK, 8)
             kp = kc8 + 4
             fw = ((kc8 * CO_ALL * 2 if wfrag else CO_ALL * kp) + f_mpad * kp + 32 + CO_ALL) * 4
             bw = (CO_ALL * kp + b_mpad * kp + b_mpad * (CO_ALL + 4) + b_mpad + CO_ALL) * 4
             return fw, bw
 
+        def fitting(ci_chunk: int):  # the first (preferred) forward and backward tiles that fit at this K chunk
+            f = next((t for t in fwd if smem(ci_chunk, t[3], 0)[0] <= f_cap), None)
+            b = next((t for t in bwd if smem(ci_chunk, 0, t[3])[1] <= b_cap), None)
+            return (f, b) if f is not None and b is not None else None
+
         kmax = max(72, _r(KK, 8))
-        ci_chunk = next((c for c in range(s.CI, 0, -1)
-                         if _r(c * KK, 8) <= kmax and smem(c)[0] <= f_cap and smem(c)[1] <= b_cap), 1)
-        fw, bw = smem(ci_chunk)
+        ci_chunk, (f, b) = next(((c, fb) for c in range(s.CI, 0, -1) if _r(c * KK, 8) <= kmax
+                                 for fb in [fitting(c)] if fb is not None), (1, (fwd[0], bwd[0])))
+        fw, bw = smem(ci_chunk, f[3], b[3])
         return dict(TPH=f[1], TPW=f[2], TPH_B=b[1], TPW_B=b[2], CI_CHUNK=ci_chunk, FWD_WFRAG=wfrag,
                     F_SMEM=fw, B_SMEM=bw, FITS=max(fw, bw) <= limit)
 
