@@ -1,4 +1,4 @@
-// kgen: fused Conv2d -> AvgPool2d -> sigmoid -> sum over [C,H,W]  (kgen_conv2d_avgpool_act_reduce_ad48c530)
+// kgen: fused Conv2d -> AvgPool2d -> sigmoid -> sum over [C,H,W]  (kgen_conv2d_avgpool_act_reduce_319f6fc5)
 // Pool-first: conv followed by avg-pool is one linear map, so each pooled output is
 //   pre[n,co,ph,pw] = bias[co] + sum_k (W[co,k]/DIV) * Bs[n,ph,pw,k]   (k = ci*KH*KW + ky*KW + kx)
 // where Bs is a PKH x PKW box sum of the (zero-padded) input at the conv tap offsets.
@@ -20,7 +20,7 @@
 #include <cooperative_groups.h>
 #endif
 
-namespace kgen_conv2d_avgpool_act_reduce_ad48c530_ns {
+namespace kgen_conv2d_avgpool_act_reduce_319f6fc5_ns {
 
 // ---- 3xTF32 tensor-core helpers (mma.sync m16n8k8, fp32-level accuracy) ----
 // a = hi + lo with hi = rna(a) in tf32; lo is passed raw (the tensor core ignores its low 13 bits).
@@ -608,7 +608,8 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
             if (want_wb) {
                 constexpr int DW_MT = CO_ALL / 16, DW_NT = KN8;
                 if constexpr (NW % DW_MT == 0) {
-                    constexpr int WPM = NW / DW_MT, NJP = (DW_NT + WPM - 1) / WPM;
+                    constexpr int WPM = NW % DW_MT == 0 ? NW / DW_MT : 1;   // (checked even when discarded: no 0)
+                    constexpr int NJP = (DW_NT + WPM - 1) / WPM;
                     const int nj0 = warp / DW_MT, mi = warp - nj0 * DW_MT;   // warps w and w+4 (one SMSP) get the same mi: n-tiles spread evenly over the SMSPs
                     float c[NJP][4], prev[NJP][4];
 #pragma unroll
@@ -978,12 +979,12 @@ static long long bwd_grid(int64_t n, const DevInfo& d) {
     const long long tiles = (long long)n * B_TILES, wave = (long long)d.sms * d.bwd_per_sm;
     return tiles < wave ? tiles : wave;
 }
-}  // namespace kgen_conv2d_avgpool_act_reduce_ad48c530_ns
+}  // namespace kgen_conv2d_avgpool_act_reduce_319f6fc5_ns
 
 // Workspace bytes the forward (backward == 0) or the backward (backward != 0) needs at batch n on the current
 // device. Uninitialised memory is fine: every float the kernels read back was written earlier in the same call.
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_ad48c530_workspace_bytes(int64_t n, int backward, size_t* bytes) {
-    using namespace kgen_conv2d_avgpool_act_reduce_ad48c530_ns;
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_319f6fc5_workspace_bytes(int64_t n, int backward, size_t* bytes) {
+    using namespace kgen_conv2d_avgpool_act_reduce_319f6fc5_ns;
     *bytes = 0;
     if (n <= 0) return cudaSuccess;
     if (!backward) {
@@ -999,9 +1000,9 @@ extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_ad48c530_workspace_bytes(i
     return cudaSuccess;
 }
 
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_ad48c530_forward(const float* x, const float* w, const float* b, float* out,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_319f6fc5_forward(const float* x, const float* w, const float* b, float* out,
                                          void* workspace, int64_t n, cudaStream_t stream) {
-    using namespace kgen_conv2d_avgpool_act_reduce_ad48c530_ns;
+    using namespace kgen_conv2d_avgpool_act_reduce_319f6fc5_ns;
     if (n <= 0) return cudaSuccess;
     const DevInfo* d = nullptr;
     cudaError_t e = dev_info(&d);
@@ -1033,10 +1034,10 @@ extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_ad48c530_forward(const flo
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_ad48c530_backward(const float* grad_out, const float* x, const float* w, const float* b,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_319f6fc5_backward(const float* grad_out, const float* x, const float* w, const float* b,
                                           float* grad_x, float* grad_w, float* grad_b, void* workspace,
                                           int64_t n, cudaStream_t stream) {
-    using namespace kgen_conv2d_avgpool_act_reduce_ad48c530_ns;
+    using namespace kgen_conv2d_avgpool_act_reduce_319f6fc5_ns;
     const int want_wb = (grad_w != nullptr || grad_b != nullptr) ? 1 : 0;
     float* part = static_cast<float*>(workspace);
     cudaError_t e;

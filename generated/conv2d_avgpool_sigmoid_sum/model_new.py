@@ -2,7 +2,7 @@
 
 Do not edit: regenerate with `kgen generate kgen/problems/conv2d_avgpool_sigmoid_sum.py` (a hand edit makes kgen refuse to overwrite
 this file without --force).
-kgen-checksum: 1a64672b30b16df67b04d380fad3b05d6d31af18cb6e68705e3612846068a2a9
+kgen-checksum: 28a994d574fe938911734a9f148b5747dc029ee0ed3b1141050a43e404f718e9
 
 Family conv2d_avgpool_act_reduce; spec 52613d086abfd65f:
     CI = 8
@@ -43,7 +43,7 @@ How it works:
 The CUDA and C++ sources below are also written beside this file (kernel.cu, binding.cpp) for reading. They are
 compiled on first import into the extension kgen_conv2d_avgpool_act_reduce_<hash> (the hash covers the sources, compiler flags,
 torch and CUDA versions and the target architectures), cached under $KGEN_CACHE_DIR (else
-$TORCH_EXTENSIONS_DIR/kgen, else ~/.cache/kgen), and loaded from there afterwards. Ops: torch.ops.kgen_conv2d_avgpool_act_reduce_ad48c530.forward / .backward; autograd is registered in C++ (the
+$TORCH_EXTENSIONS_DIR/kgen, else ~/.cache/kgen), and loaded from there afterwards. Ops: torch.ops.kgen_conv2d_avgpool_act_reduce_319f6fc5.forward / .backward; autograd is registered in C++ (the
 Autograd dispatch key) and fake kernels below, so a training step runs no Python beyond forward's call, and
 torch.compile(fullgraph=True) and torch.library.opcheck work.
 """
@@ -365,8 +365,8 @@ def kgen_load_extension(namespace, cuda_source, cpp_source):
     return module
 
 # ---- generated kernels ------------------------------------------------------------------------------------------
-KGEN_NAMESPACE = "kgen_conv2d_avgpool_act_reduce_ad48c530"
-KGEN_CUDA_SOURCE = r'''// kgen: fused Conv2d -> AvgPool2d -> sigmoid -> sum over [C,H,W]  (kgen_conv2d_avgpool_act_reduce_ad48c530)
+KGEN_NAMESPACE = "kgen_conv2d_avgpool_act_reduce_319f6fc5"
+KGEN_CUDA_SOURCE = r'''// kgen: fused Conv2d -> AvgPool2d -> sigmoid -> sum over [C,H,W]  (kgen_conv2d_avgpool_act_reduce_319f6fc5)
 // Pool-first: conv followed by avg-pool is one linear map, so each pooled output is
 //   pre[n,co,ph,pw] = bias[co] + sum_k (W[co,k]/DIV) * Bs[n,ph,pw,k]   (k = ci*KH*KW + ky*KW + kx)
 // where Bs is a PKH x PKW box sum of the (zero-padded) input at the conv tap offsets.
@@ -388,7 +388,7 @@ KGEN_CUDA_SOURCE = r'''// kgen: fused Conv2d -> AvgPool2d -> sigmoid -> sum over
 #include <cooperative_groups.h>
 #endif
 
-namespace kgen_conv2d_avgpool_act_reduce_ad48c530_ns {
+namespace kgen_conv2d_avgpool_act_reduce_319f6fc5_ns {
 
 // ---- 3xTF32 tensor-core helpers (mma.sync m16n8k8, fp32-level accuracy) ----
 // a = hi + lo with hi = rna(a) in tf32; lo is passed raw (the tensor core ignores its low 13 bits).
@@ -976,7 +976,8 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
             if (want_wb) {
                 constexpr int DW_MT = CO_ALL / 16, DW_NT = KN8;
                 if constexpr (NW % DW_MT == 0) {
-                    constexpr int WPM = NW / DW_MT, NJP = (DW_NT + WPM - 1) / WPM;
+                    constexpr int WPM = NW % DW_MT == 0 ? NW / DW_MT : 1;   // (checked even when discarded: no 0)
+                    constexpr int NJP = (DW_NT + WPM - 1) / WPM;
                     const int nj0 = warp / DW_MT, mi = warp - nj0 * DW_MT;   // warps w and w+4 (one SMSP) get the same mi: n-tiles spread evenly over the SMSPs
                     float c[NJP][4], prev[NJP][4];
 #pragma unroll
@@ -1346,12 +1347,12 @@ static long long bwd_grid(int64_t n, const DevInfo& d) {
     const long long tiles = (long long)n * B_TILES, wave = (long long)d.sms * d.bwd_per_sm;
     return tiles < wave ? tiles : wave;
 }
-}  // namespace kgen_conv2d_avgpool_act_reduce_ad48c530_ns
+}  // namespace kgen_conv2d_avgpool_act_reduce_319f6fc5_ns
 
 // Workspace bytes the forward (backward == 0) or the backward (backward != 0) needs at batch n on the current
 // device. Uninitialised memory is fine: every float the kernels read back was written earlier in the same call.
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_ad48c530_workspace_bytes(int64_t n, int backward, size_t* bytes) {
-    using namespace kgen_conv2d_avgpool_act_reduce_ad48c530_ns;
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_319f6fc5_workspace_bytes(int64_t n, int backward, size_t* bytes) {
+    using namespace kgen_conv2d_avgpool_act_reduce_319f6fc5_ns;
     *bytes = 0;
     if (n <= 0) return cudaSuccess;
     if (!backward) {
@@ -1367,9 +1368,9 @@ extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_ad48c530_workspace_bytes(i
     return cudaSuccess;
 }
 
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_ad48c530_forward(const float* x, const float* w, const float* b, float* out,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_319f6fc5_forward(const float* x, const float* w, const float* b, float* out,
                                          void* workspace, int64_t n, cudaStream_t stream) {
-    using namespace kgen_conv2d_avgpool_act_reduce_ad48c530_ns;
+    using namespace kgen_conv2d_avgpool_act_reduce_319f6fc5_ns;
     if (n <= 0) return cudaSuccess;
     const DevInfo* d = nullptr;
     cudaError_t e = dev_info(&d);
@@ -1401,10 +1402,10 @@ extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_ad48c530_forward(const flo
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_ad48c530_backward(const float* grad_out, const float* x, const float* w, const float* b,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_319f6fc5_backward(const float* grad_out, const float* x, const float* w, const float* b,
                                           float* grad_x, float* grad_w, float* grad_b, void* workspace,
                                           int64_t n, cudaStream_t stream) {
-    using namespace kgen_conv2d_avgpool_act_reduce_ad48c530_ns;
+    using namespace kgen_conv2d_avgpool_act_reduce_319f6fc5_ns;
     const int want_wb = (grad_w != nullptr || grad_b != nullptr) ? 1 : 0;
     float* part = static_cast<float*>(workspace);
     cudaError_t e;
@@ -1424,8 +1425,8 @@ extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_ad48c530_backward(const fl
     return cudaSuccess;
 }
 '''
-KGEN_CPP_SOURCE = r'''// kgen_conv2d_avgpool_act_reduce_ad48c530: torch glue for the fused Conv2d -> AvgPool2d -> sigmoid -> sum kernels in kernel.cu
-// (ops under torch.ops.kgen_conv2d_avgpool_act_reduce_ad48c530; autograd in C++, see common/torch_glue.h).
+KGEN_CPP_SOURCE = r'''// kgen_conv2d_avgpool_act_reduce_319f6fc5: torch glue for the fused Conv2d -> AvgPool2d -> sigmoid -> sum kernels in kernel.cu
+// (ops under torch.ops.kgen_conv2d_avgpool_act_reduce_319f6fc5; autograd in C++, see common/torch_glue.h).
 // kgen fixed C++ glue helpers (pulled into each rendered binding by Jinja include).
 // Light headers only: torch/library.h, ATen/core, the autograd Function header and torch's pybind casters, not
 // torch/extension.h.
@@ -1550,10 +1551,10 @@ inline void check_same_device(const at::Tensor& a, const at::Tensor& b, const ch
 #include <optional>
 #include <tuple>
 
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_ad48c530_workspace_bytes(int64_t n, int backward, size_t* bytes);
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_ad48c530_forward(const float* x, const float* w, const float* b, float* out, void* workspace,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_319f6fc5_workspace_bytes(int64_t n, int backward, size_t* bytes);
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_319f6fc5_forward(const float* x, const float* w, const float* b, float* out, void* workspace,
                                           int64_t n, cudaStream_t stream);
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_ad48c530_backward(const float* grad_out, const float* x, const float* w, const float* b,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_319f6fc5_backward(const float* grad_out, const float* x, const float* w, const float* b,
                                            float* grad_x, float* grad_w, float* grad_b, void* workspace, int64_t n,
                                            cudaStream_t stream);
 
@@ -1582,7 +1583,7 @@ const float* ptr_or_null(const at::Tensor& t) { return t.defined() ? t.data_ptr<
 // and path; uninitialised is fine.
 at::Tensor workspace(const at::Tensor& like, int64_t n, bool backward) {
   size_t bytes = 0;
-  kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_ad48c530_workspace_bytes(n, backward ? 1 : 0, &bytes), "workspace query", kProblem);
+  kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_319f6fc5_workspace_bytes(n, backward ? 1 : 0, &bytes), "workspace query", kProblem);
   return at::empty({bytes > 0 ? static_cast<int64_t>(bytes) : 1}, like.options().dtype(at::kByte));
 }
 
@@ -1592,7 +1593,7 @@ at::Tensor forward(const at::Tensor& x_in, const at::Tensor& w_in, const std::op
   const int64_t n = c.x.size(0);
   at::Tensor out = at::empty({n}, c.x.options());
   at::Tensor ws = workspace(c.x, n, false);
-  kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_ad48c530_forward(c.x.data_ptr<float>(), c.w.data_ptr<float>(), ptr_or_null(c.b),
+  kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_319f6fc5_forward(c.x.data_ptr<float>(), c.w.data_ptr<float>(), ptr_or_null(c.b),
                                              out.data_ptr<float>(), ws.data_ptr(), n,
                                              c10::cuda::getCurrentCUDAStream().stream()), "fused forward", kProblem);
   return out;
@@ -1613,7 +1614,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(const at::Tensor& grad_o
   at::Tensor gb = (output_mask[2] && c.b.defined()) ? at::empty_like(c.b) : none;
   if (output_mask[0] || output_mask[1] || gb.numel()) {
     at::Tensor ws = workspace(c.x, n, true);
-    kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_ad48c530_backward(grad_out.data_ptr<float>(), c.x.data_ptr<float>(), c.w.data_ptr<float>(),
+    kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_319f6fc5_backward(grad_out.data_ptr<float>(), c.x.data_ptr<float>(), c.w.data_ptr<float>(),
                                                 ptr_or_null(c.b), output_mask[0] ? gx.data_ptr<float>() : nullptr,
                                                 output_mask[1] ? gw.data_ptr<float>() : nullptr,
                                                 gb.numel() ? gb.data_ptr<float>() : nullptr, ws.data_ptr(), n,
@@ -1630,7 +1631,7 @@ using BackwardSig = std::tuple<at::Tensor, at::Tensor, at::Tensor>(const at::Ten
 struct FusedFunction : public torch::autograd::Function<FusedFunction> {
   static at::Tensor forward(kgen_glue::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w,
                             const std::optional<at::Tensor>& b) {
-    static const auto op = kgen_glue::typed_op<ForwardSig>("kgen_conv2d_avgpool_act_reduce_ad48c530::forward");
+    static const auto op = kgen_glue::typed_op<ForwardSig>("kgen_conv2d_avgpool_act_reduce_319f6fc5::forward");
     const bool has_bias = b.has_value() && b->defined();
     ctx->saved_data["has_bias"] = has_bias;
     ctx->save_for_backward({x, w, has_bias ? *b : at::Tensor()});
@@ -1638,7 +1639,7 @@ struct FusedFunction : public torch::autograd::Function<FusedFunction> {
     return op.call(x, w, b);
   }
   static kgen_glue::variable_list backward(kgen_glue::AutogradContext* ctx, kgen_glue::variable_list grads) {
-    static const auto op = kgen_glue::typed_op<BackwardSig>("kgen_conv2d_avgpool_act_reduce_ad48c530::backward");
+    static const auto op = kgen_glue::typed_op<BackwardSig>("kgen_conv2d_avgpool_act_reduce_319f6fc5::backward");
     const auto saved = ctx->get_saved_variables();
     const bool has_bias = ctx->saved_data["has_bias"].toBool();
     // input edges: x, weight, then bias only when it was given
@@ -1656,21 +1657,21 @@ at::Tensor forward_autograd(const at::Tensor& x, const at::Tensor& w, const std:
 
 }  // namespace
 
-TORCH_LIBRARY(kgen_conv2d_avgpool_act_reduce_ad48c530, m) {
+TORCH_LIBRARY(kgen_conv2d_avgpool_act_reduce_319f6fc5, m) {
   m.def("forward(Tensor x, Tensor weight, Tensor? bias) -> Tensor");
   m.def("backward(Tensor grad_out, Tensor x, Tensor weight, Tensor? bias, bool[3] output_mask) -> (Tensor, Tensor, Tensor)");
 }
 
 // CPU inputs reach the same functions, which reject them with a message saying what to do.
-TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_ad48c530, CUDA, m) {
+TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_319f6fc5, CUDA, m) {
   m.impl("forward", &forward);
   m.impl("backward", &backward);
 }
-TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_ad48c530, CPU, m) {
+TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_319f6fc5, CPU, m) {
   m.impl("forward", &forward);
   m.impl("backward", &backward);
 }
-TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_ad48c530, Autograd, m) {
+TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_319f6fc5, Autograd, m) {
   m.impl("forward", &forward_autograd);
 }
 
@@ -1736,8 +1737,8 @@ def kgen_register():
                 weight.new_empty(weight.shape) if output_mask[1] else none,
                 bias.new_empty(bias.shape) if (output_mask[2] and bias is not None) else none)
 
-    torch.library.register_fake("kgen_conv2d_avgpool_act_reduce_ad48c530::forward", forward_fake)
-    torch.library.register_fake("kgen_conv2d_avgpool_act_reduce_ad48c530::backward", backward_fake)
+    torch.library.register_fake("kgen_conv2d_avgpool_act_reduce_319f6fc5::forward", forward_fake)
+    torch.library.register_fake("kgen_conv2d_avgpool_act_reduce_319f6fc5::backward", backward_fake)
 
 
 class ModelNew(nn.Module):
