@@ -1,0 +1,92 @@
+// kgen pointwise helpers: the functions the expressions of kgen/pointwise.py's table call (kgen::pw::...).
+// float32 throughout, written as PyTorch's CUDA kernels compute each op (aten/src/ATen/native/cuda/Activation*.cu),
+// kinks and NaN handling included. No torch headers; host-compilable too (the CPU tests evaluate these with g++).
+#pragma once
+
+#include <math.h>
+
+#if defined(__CUDACC__)
+#define KGEN_PW_FN __host__ __device__ __forceinline__
+#else
+#define KGEN_PW_FN inline
+#endif
+
+namespace kgen {
+namespace pw {
+
+constexpr float kOneSixth = 1.0f / 6.0f;
+// gelu (ActivationGeluKernel.cu): double constants rounded once to float.
+constexpr float kGeluAlpha = (float)0.70710678118654752440;                               // M_SQRT1_2
+constexpr float kGeluBeta = (float)(1.12837916709551257390 * 0.70710678118654752440 * 0.5);  // M_2_SQRTPI*M_SQRT1_2/2
+constexpr float kGeluTanhBeta = (float)(1.41421356237309504880 * 1.12837916709551257390 * 0.5);  // M_SQRT2*M_2_SQRTPI/2
+constexpr float kGeluTanhKappa = (float)0.044715;
+
+// sign as torch.sign: 0 for 0 and NaN.
+KGEN_PW_FN float sign(float x) { return (float)((0.0f < x) - (x < 0.0f)); }
+
+// maximum / minimum as torch.maximum / torch.minimum: a NaN operand wins (fmaxf alone would drop it).
+KGEN_PW_FN float maximum(float a, float b) { return (a != a) ? a : ((b != b) ? b : fmaxf(a, b)); }
+KGEN_PW_FN float minimum(float a, float b) { return (a != a) ? a : ((b != b) ? b : fminf(a, b)); }
+
+// clamp as torch.clamp: NaN stays NaN; with lo > hi every value becomes hi. relu, relu6 and hardtanh are clamps.
+KGEN_PW_FN float clamp(float x, float lo, float hi) { return (x != x) ? x : fminf(fmaxf(x, lo), hi); }
+KGEN_PW_FN float clamp_min(float x, float lo) { return (x != x) ? x : fmaxf(x, lo); }
+KGEN_PW_FN float clamp_max(float x, float hi) { return (x != x) ? x : fminf(x, hi); }
+KGEN_PW_FN float relu(float x) { return clamp_min(x, 0.0f); }
+
+// hardsigmoid / hardswish: min(max(x + 3, 0), 6) / 6, multiplying by the float 1/6 as the CUDA kernels do.
+KGEN_PW_FN float hardsigmoid(float x) { return clamp(x + 3.0f, 0.0f, 6.0f) * kOneSixth; }
+KGEN_PW_FN float hardswish(float x) { return x * clamp(x + 3.0f, 0.0f, 6.0f) * kOneSixth; }
+
+// gelu, exact: x/2 (1 + erf(x / sqrt 2)); its derivative cdf + x pdf.
+KGEN_PW_FN float gelu(float x) { return x * 0.5f * (1.0f + erff(x * kGeluAlpha)); }
+KGEN_PW_FN float gelu_vjp(float g, float x) {
+  const float cdf = 0.5f * (1.0f + erff(x * kGeluAlpha));
+  const float pdf = expf(-0.5f * x * x) * kGeluBeta;
+  return g * (cdf + x * pdf);
+}
+
+// gelu, tanh approximation: x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+KGEN_PW_FN float gelu_tanh(float x) {
+  const float inner = kGeluTanhBeta * (x + kGeluTanhKappa * (x * x * x));
+  return 0.5f * x * (1.0f + tanhf(inner));
+}
+KGEN_PW_FN float gelu_tanh_vjp(float g, float x) {
+  const float x_sq = x * x;
+  const float t = tanhf(kGeluTanhBeta * (x + kGeluTanhKappa * (x_sq * x)));
+  const float left_derivative = 0.5f * (1.0f + t);
+  const float right_derivative = 0.5f * x * (1.0f - t * t) * (kGeluTanhBeta * (1.0f + 3.0f * kGeluTanhKappa * x_sq));
+  return g * (left_derivative + right_derivative);
+}
+
+// sigmoid's derivative from x (the table's first form reads the output instead).
+KGEN_PW_FN float sigmoid_vjp(float g, float x) {
+  const float s = 1.0f / (1.0f + expf(-x));
+  return g * (1.0f - s) * s;
+}
+
+// silu(x) = x sigmoid(x); derivative s (1 + x (1 - s)).
+KGEN_PW_FN float silu_vjp(float g, float x) {
+  const float s = 1.0f / (1.0f + expf(-x));
+  return g * s * (1.0f + x * (1.0f - s));
+}
+
+// mish(x) = x tanh(log1p(exp(x))) (no softplus threshold, as PyTorch); derivative t + x s (1 - t^2).
+KGEN_PW_FN float mish(float x) { return x * tanhf(log1pf(expf(x))); }
+KGEN_PW_FN float mish_vjp(float g, float x) {
+  const float s = 1.0f / (1.0f + expf(-x));
+  const float t = tanhf(log1pf(expf(x)));
+  return g * (t + x * s * (1.0f - t * t));
+}
+
+// softplus(x) = log1p(exp(beta x)) / beta, or x itself where beta x > threshold (the gradient switches with it).
+KGEN_PW_FN float softplus(float x, float beta, float threshold) {
+  return (x * beta) > threshold ? x : log1pf(expf(x * beta)) / beta;
+}
+KGEN_PW_FN float softplus_vjp(float g, float x, float beta, float threshold) {
+  const float z = expf(x * beta);
+  return (x * beta) > threshold ? g : g * z / (z + 1.0f);
+}
+
+}  // namespace pw
+}  // namespace kgen
