@@ -9,7 +9,7 @@ from __future__ import annotations
 import operator
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
@@ -19,6 +19,7 @@ import torch.nn.functional as F
 
 from kgen.errors import Unsupported
 from kgen.geometry import conv_same_padding
+from kgen.pointwise import ROWS, Node, Program, Ref, node as pw_node
 from kgen.problem import Problem
 
 
@@ -26,14 +27,15 @@ from kgen.problem import Problem
 class Op:
     """One normalized op of the traced chain."""
 
-    kind: str  # conv2d | pool | sigmoid | tanh | relu | gelu | sum | mean | getitem | other
-    params: dict[str, Any]
+    kind: str  # conv2d | pool | a pointwise row of kgen.pointwise (relu, add, ...) or gelu | sum | mean | getitem | other
+    params: dict[str, Any]  # a pointwise op: the row's parameters; a binary one: operands "a" and "b" too
     shape: tuple[int, ...]  # output shape (the first output's, for ops returning a tuple)
     in_shape: tuple[int, ...]
     where: str  # "file:line: source" or the fx node's name
     label: str  # what the user wrote, e.g. "nn.Conv2d (self.conv)" or "torch.sigmoid"
     module_path: str | None = None  # qualified name of the nn.Module for call_module ops
     dtype: torch.dtype | None = None  # output dtype (the first output's)
+    inplace: bool = False  # a pointwise op written in place (x.relu_(), nn.ReLU(inplace=True), x += 1)
 
 
 def ntuple(v: Any, n: int, what: str) -> tuple[int, ...]:
@@ -55,10 +57,97 @@ def pair(v: Any, what: str) -> tuple[int, int]:
 
 # ----------------------------------------------------------------------------------------------- tables
 
-_ACT_MODULES = {nn.Sigmoid: "sigmoid", nn.Tanh: "tanh", nn.ReLU: "relu", nn.GELU: "gelu"}
-_ACT_FUNCS = {torch.sigmoid: "sigmoid", torch.tanh: "tanh", torch.relu: "relu", F.relu: "relu", F.gelu: "gelu"}
-_ACT_METHODS = {"sigmoid": "sigmoid", "tanh": "tanh", "relu": "relu"}
 _REDUCE_FUNCS = {torch.sum: "sum", torch.mean: "mean"}
+
+
+@dataclass(frozen=True)
+class PointwiseForm:
+    """One way of writing a pointwise op: its kind (a row of kgen.pointwise; "gelu" keeps its ``approximate``
+    parameter, and "clamp" becomes clamp_min / clamp_max when a bound is None), the names and defaults of the
+    arguments after the operand(s) in PyTorch's order, and whether it is binary, swaps its operands
+    (``torch.rsub``) or writes in place."""
+
+    kind: str
+    names: tuple[str, ...] = ()
+    defaults: dict[str, Any] = field(default_factory=dict)
+    binary: bool = False
+    swap: bool = False
+    inplace: bool = False
+
+
+def _pw(kind: str, *names: str, inplace: bool = False, **defaults: Any) -> PointwiseForm:
+    return PointwiseForm(kind, names, defaults, inplace=inplace)
+
+
+def _pw2(kind: str, *names: str, swap: bool = False, inplace: bool = False, **defaults: Any) -> PointwiseForm:
+    return PointwiseForm(kind, names, defaults, binary=True, swap=swap, inplace=inplace)
+
+
+_ADD = _pw2("add", "alpha", alpha=1)
+_SUB = _pw2("sub", "alpha", alpha=1)
+_DIV = _pw2("div", "rounding_mode", rounding_mode=None)
+_CLAMP = _pw("clamp", "min", "max", min=None, max=None)
+
+POINTWISE_FUNCS: dict[Callable, PointwiseForm] = {
+    F.relu: _pw("relu", "inplace", inplace=False), torch.relu: _pw("relu"), torch.relu_: _pw("relu", inplace=True),
+    F.relu6: _pw("relu6", "inplace", inplace=False),
+    F.leaky_relu: _pw("leaky_relu", "negative_slope", "inplace", negative_slope=0.01, inplace=False),
+    F.elu: _pw("elu", "alpha", "inplace", alpha=1.0, inplace=False),
+    F.selu: _pw("selu", "inplace", inplace=False), torch.selu: _pw("selu"), torch.selu_: _pw("selu", inplace=True),
+    F.celu: _pw("celu", "alpha", "inplace", alpha=1.0, inplace=False), torch.celu: _pw("celu", "alpha", alpha=1.0),
+    torch.celu_: _pw("celu", "alpha", alpha=1.0, inplace=True),
+    F.gelu: _pw("gelu", "approximate", approximate="none"),
+    F.silu: _pw("silu", "inplace", inplace=False), F.mish: _pw("mish", "inplace", inplace=False),
+    F.softplus: _pw("softplus", "beta", "threshold", beta=1.0, threshold=20.0),
+    torch.sigmoid: _pw("sigmoid"), F.sigmoid: _pw("sigmoid"), torch.special.expit: _pw("sigmoid"),
+    torch.sigmoid_: _pw("sigmoid", inplace=True),
+    torch.tanh: _pw("tanh"), F.tanh: _pw("tanh"), torch.tanh_: _pw("tanh", inplace=True),
+    F.hardtanh: _pw("hardtanh", "min_val", "max_val", "inplace", min_val=-1.0, max_val=1.0, inplace=False),
+    F.hardswish: _pw("hardswish", "inplace", inplace=False), F.hardsigmoid: _pw("hardsigmoid", "inplace", inplace=False),
+    F.softsign: _pw("softsign"),
+    torch.abs: _pw("abs"), torch.absolute: _pw("abs"), torch.abs_: _pw("abs", inplace=True),
+    torch.exp: _pw("exp"), torch.exp_: _pw("exp", inplace=True),
+    torch.neg: _pw("neg"), torch.negative: _pw("neg"), operator.neg: _pw("neg"),
+    torch.clamp: _CLAMP, torch.clip: _CLAMP, torch.clamp_: PointwiseForm("clamp", _CLAMP.names, _CLAMP.defaults, inplace=True),
+    torch.clamp_min: _pw("clamp_min", "min"), torch.clamp_max: _pw("clamp_max", "max"),
+    operator.add: _pw2("add"), operator.sub: _pw2("sub"), operator.mul: _pw2("mul"), operator.truediv: _pw2("div"),
+    operator.iadd: _pw2("add", inplace=True), operator.isub: _pw2("sub", inplace=True),
+    operator.imul: _pw2("mul", inplace=True), operator.itruediv: _pw2("div", inplace=True),
+    torch.add: _ADD, torch.sub: _SUB, torch.subtract: _SUB, torch.rsub: _pw2("sub", "alpha", swap=True, alpha=1),
+    torch.mul: _pw2("mul"), torch.multiply: _pw2("mul"), torch.div: _DIV, torch.divide: _DIV,
+    torch.true_divide: _pw2("div"),
+    torch.maximum: _pw2("maximum"), torch.minimum: _pw2("minimum"),
+    torch.max: _pw2("maximum"), torch.min: _pw2("minimum"),  # only with a tensor second operand (else a reduction)
+}
+
+POINTWISE_METHODS: dict[str, PointwiseForm] = {
+    "relu": _pw("relu"), "relu_": _pw("relu", inplace=True), "sigmoid": _pw("sigmoid"),
+    "sigmoid_": _pw("sigmoid", inplace=True), "tanh": _pw("tanh"), "tanh_": _pw("tanh", inplace=True),
+    "exp": _pw("exp"), "exp_": _pw("exp", inplace=True), "abs": _pw("abs"), "absolute": _pw("abs"),
+    "abs_": _pw("abs", inplace=True), "neg": _pw("neg"), "negative": _pw("neg"), "neg_": _pw("neg", inplace=True),
+    "clamp": _CLAMP, "clip": _CLAMP, "clamp_": PointwiseForm("clamp", _CLAMP.names, _CLAMP.defaults, inplace=True),
+    "clip_": PointwiseForm("clamp", _CLAMP.names, _CLAMP.defaults, inplace=True),
+    "clamp_min": _pw("clamp_min", "min"), "clamp_min_": _pw("clamp_min", "min", inplace=True),
+    "clamp_max": _pw("clamp_max", "max"), "clamp_max_": _pw("clamp_max", "max", inplace=True),
+    "add": _ADD, "add_": _pw2("add", "alpha", inplace=True, alpha=1), "sub": _SUB, "subtract": _SUB,
+    "sub_": _pw2("sub", "alpha", inplace=True, alpha=1), "mul": _pw2("mul"), "multiply": _pw2("mul"),
+    "mul_": _pw2("mul", inplace=True), "div": _DIV, "divide": _DIV, "true_divide": _pw2("div"),
+    "div_": _pw2("div", "rounding_mode", inplace=True, rounding_mode=None),
+    "maximum": _pw2("maximum"), "minimum": _pw2("minimum"), "max": _pw2("maximum"), "min": _pw2("minimum"),
+}
+
+# module type -> (kind, the module attributes holding its parameters in the form's order)
+POINTWISE_MODULES: dict[type, tuple[str, tuple[str, ...]]] = {
+    nn.ReLU: ("relu", ()), nn.ReLU6: ("relu6", ()), nn.LeakyReLU: ("leaky_relu", ("negative_slope",)),
+    nn.ELU: ("elu", ("alpha",)), nn.SELU: ("selu", ()), nn.CELU: ("celu", ("alpha",)), nn.GELU: ("gelu", ("approximate",)),
+    nn.SiLU: ("silu", ()), nn.Mish: ("mish", ()), nn.Softplus: ("softplus", ("beta", "threshold")),
+    nn.Sigmoid: ("sigmoid", ()), nn.Tanh: ("tanh", ()), nn.Hardtanh: ("hardtanh", ("min_val", "max_val")),
+    nn.Hardswish: ("hardswish", ()), nn.Hardsigmoid: ("hardsigmoid", ()), nn.Softsign: ("softsign", ()),
+}
+
+_OPERATOR_SYMBOLS = {operator.add: "+", operator.sub: "-", operator.mul: "*", operator.truediv: "/", operator.neg: "unary -",
+                     operator.iadd: "+=", operator.isub: "-=", operator.imul: "*=", operator.itruediv: "/="}
+POINTWISE_KINDS = frozenset(ROWS) | {"gelu"}
 
 
 @dataclass(frozen=True)
@@ -204,11 +293,138 @@ def _meta(node: Any) -> tuple[tuple[int, ...], torch.dtype | None]:
     return tuple(meta.shape), meta.dtype
 
 
+def _label(node: fx.Node, gm: fx.GraphModule) -> str:
+    """What the user wrote, for messages: "nn.ReLU (self.act)", "F.relu", "torch.clamp", "Tensor.clamp", "operator +"."""
+    if node.op == "call_module":
+        return f"nn.{type(gm.get_submodule(node.target)).__name__} (self.{node.target})"
+    if node.op == "call_method":
+        return f"Tensor.{node.target}"
+    if node.op != "call_function":
+        return f"{node.op} {node.target}"
+    fn = node.target
+    if fn in _OPERATOR_SYMBOLS:
+        return f"operator {_OPERATOR_SYMBOLS[fn]}"
+    name = getattr(fn, "__name__", str(fn))
+    if name == "fn" and fn in POOL_FUNCS:  # boolean_dispatch wrappers all carry the name 'fn'
+        name = f"{POOL_FUNCS[fn].op.replace('avg', 'avg_pool').replace('max', 'max_pool')}{POOL_FUNCS[fn].nd}d"
+    module = getattr(fn, "__module__", None) or "torch"
+    return "F." + name if module in ("torch.nn.functional", "torch._C._nn") else f"torch.{name}"
+
+
+@dataclass(frozen=True)
+class Value:
+    """A run-time tensor operand of a binary pointwise op: the fx node (by name) that computes it."""
+
+    name: str
+
+
+def _param_broadcast(pshape: tuple[int, ...], shape: tuple[int, ...], what: str) -> str:
+    """'scalar' or 'channel' for a parameter of shape pshape applied to a value of shape (N, C, ...), or
+    Unsupported for any other broadcast (the result must keep the value's shape)."""
+    n = len(shape)
+    aligned = (1,) * (n - len(pshape)) + tuple(pshape) if len(pshape) <= n else None
+    if aligned is None or any(p not in (1, s) for p, s in zip(aligned, shape)):
+        raise Unsupported(f"{what} of shape {tuple(pshape)} does not broadcast into the value's shape {shape}")
+    if all(p == 1 for p in aligned):
+        return "scalar"
+    if n >= 2 and all(p == 1 for i, p in enumerate(aligned) if i != 1):
+        return "channel"
+    raise Unsupported(f"{what} of shape {tuple(pshape)} varies over dims other than the channel dim; kgen supports "
+                      "scalar and per-channel ((C,1,1) or (1,C,1,1)) parameters")
+
+
+def _operand(v: Any, gm: fx.GraphModule, shape: tuple[int, ...], at: str, label: str) -> Any:
+    """A binary op's operand: a float (a Python number, or a 0-d tensor constant PyTorch captured while tracing),
+    a param Ref (a parameter or buffer of the model, by qualified name), or a Value (a tensor computed in forward)."""
+    if isinstance(v, (bool, int, float)):
+        return float(v)
+    if not isinstance(v, fx.Node):
+        raise Unsupported(f"{at}: {label} operand {v!r} is neither a tensor nor a number")
+    if v.op != "get_attr":
+        return Value(v.name)
+    t: Any = gm
+    for part in v.target.split("."):
+        t = getattr(t, part)
+    if not isinstance(t, torch.Tensor):
+        raise Unsupported(f"{at}: {label} reads self.{v.target}, which is not a tensor")
+    if re.fullmatch(r"_tensor_constant\d+", v.target) and t.device.type != "meta":
+        if t.numel() != 1:
+            raise Unsupported(f"{at}: {label} with a tensor constant of shape {tuple(t.shape)}; kgen takes 0-d "
+                              "constants (register larger ones as a parameter or buffer)")
+        return float(t.item())
+    if t.dtype != torch.float32:
+        raise Unsupported(f"{at}: {label} reads self.{v.target} of dtype {t.dtype}; kgen takes float32 parameters")
+    return Ref.param(v.target, _param_broadcast(tuple(t.shape), shape, f"{at}: {label}: self.{v.target}"))
+
+
+def _pointwise(node: fx.Node, gm: fx.GraphModule, shape: tuple[int, ...], at: str, label: str
+               ) -> tuple[str, dict[str, Any], tuple[int, ...], bool] | None:
+    """(kind, params, operand shape, inplace) when the node is a pointwise op of kgen.pointwise's table, else None.
+    A binary op's params hold its operands as "a" and "b" (see _operand)."""
+    if node.op == "call_module":
+        mod = gm.get_submodule(node.target)
+        if type(mod) not in POINTWISE_MODULES:
+            return None
+        kind, attrs = POINTWISE_MODULES[type(mod)]
+        form = PointwiseForm(kind, attrs, inplace=bool(getattr(mod, "inplace", False)))
+        bound = {"input": node.args[0] if node.args else None, **{a: getattr(mod, a) for a in attrs}}
+    elif node.op in ("call_function", "call_method"):
+        table = POINTWISE_FUNCS if node.op == "call_function" else POINTWISE_METHODS
+        form = table.get(node.target) if isinstance(node.target, str) or callable(node.target) else None
+        if form is None:
+            return None
+        operands = ("input", "other")[: 2 if form.binary else 1]
+        bound = _bind(node.args, node.kwargs, operands + form.names, form.defaults)
+        if any(n not in bound for n in operands) or len(node.args) > len(operands) + len(form.names):
+            return None
+        if form.kind in ("maximum", "minimum") and node.target in (torch.max, torch.min, "max", "min") \
+                and (not isinstance(bound["other"], fx.Node) or len(bound) != 2):
+            return None  # torch.max(x, dim) is a reduction
+    else:
+        return None
+    inplace = form.inplace or bool(bound.pop("inplace", False))
+    if not form.binary:
+        if not isinstance(bound["input"], fx.Node):
+            return None
+        params = {n: _const(bound[n], node, n) for n in form.names if n != "inplace"}
+        kind = form.kind
+        if kind == "clamp":
+            if params["min"] is None and params["max"] is None:
+                raise Unsupported(f"{at}: {label} with neither min nor max")
+            if params["min"] is None or params["max"] is None:
+                kind = "clamp_max" if params["min"] is None else "clamp_min"
+                params = {k: v for k, v in params.items() if v is not None}
+        if kind != "gelu":
+            try:
+                params = ROWS[kind].bind(params)
+            except ValueError as exc:
+                raise Unsupported(f"{at}: {label}: {exc}") from None
+        return kind, params, _meta(bound["input"])[0], inplace
+    extra = {n: _const(bound[n], node, n) for n in form.names}
+    if extra.get("alpha", 1) != 1:
+        raise Unsupported(f"{at}: {label} with alpha={extra['alpha']}: write the scaling as its own multiplication")
+    if extra.get("rounding_mode") is not None:
+        raise Unsupported(f"{at}: {label} with rounding_mode={extra['rounding_mode']!r} is not a pointwise op kgen supports")
+    a, b = (bound["other"], bound["input"]) if form.swap else (bound["input"], bound["other"])
+    value = next((v for v in (a, b) if isinstance(v, fx.Node) and v.op != "get_attr"), None)
+    if value is None:
+        return None  # no run-time tensor operand: not part of a program
+    value_shape = _meta(value)[0]
+    a, b = (_operand(v, gm, value_shape, at, label) for v in (a, b))
+    return form.kind, {"a": a, "b": b}, value_shape, inplace
+
+
 def normalize(node: fx.Node, gm: fx.GraphModule) -> Op:
-    """The node as an Op, whatever form (module, function, method) the user wrote it in."""
+    """The node as an Op, whatever form (module, function, method, operator) the user wrote it in."""
     shape, dtype = _meta(node)
     in_shape, _ = _meta(node.args[0] if node.args else None)
     at = where(node)
+    label = _label(node, gm)
+    pointwise = _pointwise(node, gm, shape, at, label)
+    if pointwise is not None:
+        kind, params, operand_shape, inplace = pointwise
+        return Op(kind, params, shape, operand_shape, at, label, node.target if node.op == "call_module" else None,
+                  dtype, inplace)
     args = tuple(_const(a, node, "an argument") for a in node.args[1:])
     kwargs = {k: _const(v, node, k) for k, v in node.kwargs.items()}
 
@@ -217,7 +433,6 @@ def normalize(node: fx.Node, gm: fx.GraphModule) -> Op:
 
     if node.op == "call_module":
         mod = gm.get_submodule(node.target)
-        label = f"nn.{type(mod).__name__} (self.{node.target})"
         if type(mod) is nn.Conv2d:
             k, d = pair(mod.kernel_size, "kernel_size"), pair(mod.dilation, "dilation")
             return op("conv2d", {
@@ -229,19 +444,10 @@ def normalize(node: fx.Node, gm: fx.GraphModule) -> Op:
         if type(mod) in POOL_MODULES:
             pop, nd = POOL_MODULES[type(mod)]
             return op("pool", pool_params(pop, nd, vars(mod), in_shape, label), label, node.target)
-        if type(mod) in _ACT_MODULES:
-            kind = _ACT_MODULES[type(mod)]
-            params = {"approximate": mod.approximate} if kind == "gelu" else {}
-            return op(kind, params, label, node.target)
         return op("other", {}, label, node.target)
 
     if node.op == "call_function":
         fn = node.target
-        name = getattr(fn, "__name__", str(fn))
-        if name == "fn" and fn in POOL_FUNCS:  # boolean_dispatch wrappers all carry the name 'fn'
-            name = f"{POOL_FUNCS[fn].op.replace('avg', 'avg_pool').replace('max', 'max_pool')}{POOL_FUNCS[fn].nd}d"
-        module = getattr(fn, "__module__", None) or "torch"
-        label = "F." + name if module in ("torch.nn.functional", "torch._C._nn") else f"torch.{name}"
         if fn in POOL_FUNCS:
             form = POOL_FUNCS[fn]
             p = _bind(args, kwargs, form.names, form.defaults)
@@ -250,10 +456,6 @@ def normalize(node: fx.Node, gm: fx.GraphModule) -> Op:
             return op("pool", params, label)
         if fn in (F.conv2d, torch.conv2d):
             raise Unsupported(f"{at}: F.conv2d with explicit weights: write the convolution as nn.Conv2d so kgen can mirror its parameters")
-        if fn in _ACT_FUNCS:
-            kind = _ACT_FUNCS[fn]
-            params = {"approximate": kwargs.get("approximate", args[0] if args else "none")} if kind == "gelu" else {}
-            return op(kind, params, label)
         if fn in _REDUCE_FUNCS:
             p = _bind(args, kwargs, ["dim", "keepdim"], {"dim": None, "keepdim": False})
             return op(_REDUCE_FUNCS[fn], _reduce_params(p, len(in_shape)), label)
@@ -263,14 +465,11 @@ def normalize(node: fx.Node, gm: fx.GraphModule) -> Op:
         return op("other", {}, label)
 
     if node.op == "call_method":
-        label = f"Tensor.{node.target}"
-        if node.target in _ACT_METHODS:
-            return op(_ACT_METHODS[node.target], {}, label)
         if node.target in ("sum", "mean"):
             p = _bind(args, kwargs, ["dim", "keepdim"], {"dim": None, "keepdim": False})
             return op(node.target, _reduce_params(p, len(in_shape)), label)
         return op("other", {}, label)
-    return op("other", {}, f"{node.op} {node.target}")
+    return op("other", {}, label)
 
 
 def chain(problem: Problem) -> list[Op]:
@@ -303,3 +502,110 @@ def chain(problem: Problem) -> list[Op]:
 
 def describe_unsupported(op: Op) -> str:
     return f"{op.where}: unsupported op {op.label}"
+
+
+# ----------------------------------------------------------------------------------------------- pointwise programs
+
+_GELU_ROWS = {"none": "gelu", "tanh": "gelu_tanh"}
+
+
+def _between(gm: fx.GraphModule, start: fx.Node, end: fx.Node) -> list[fx.Node]:
+    """The nodes on some path from start to end (end included, start not), in graph order."""
+    nodes = list(gm.graph.nodes)
+    after = nodes[nodes.index(start) + 1: nodes.index(end) + 1] if end in nodes[nodes.index(start) + 1:] else []
+    reached = {start}
+    for n in after:
+        if any(i in reached for i in n.all_input_nodes):
+            reached.add(n)
+    if end not in reached:
+        raise Unsupported(f"{where(end)}: {end.name} does not depend on {start.name}")
+    feeds = {end}
+    for n in reversed(after):
+        if n in reached and any(u in feeds for u in n.users):
+            feeds.add(n)
+    return [n for n in after if n in reached and n in feeds]
+
+
+def pointwise_program(gm: fx.GraphModule, start: fx.Node, end: fx.Node) -> Program:
+    """The pointwise ops from start's value (the program's input, e.g. a convolution's output) to end's (its
+    output) as a kgen.pointwise Program: a DAG, since any op may use any earlier value. Other operands must be
+    numbers, 0-d tensor constants, or float32 parameters/buffers that are scalars or per-channel. Unsupported
+    names the first op that is not pointwise, changes the shape or dtype, reads another run-time tensor, or whose
+    value is also used outside the program.
+
+    Division by a constant becomes multiplication by its float32 reciprocal, as PyTorch's CUDA kernel computes
+    ``x / c`` (and the gradient ``g / c``) for a CPU scalar c."""
+    if end is start:
+        return Program(())
+    index: dict[fx.Node, int] = {start: -1}
+    nodes: list[Node] = []
+    in_shape, in_dtype = _meta(start)
+    between = _between(gm, start, end)
+    inside = set(between)
+    for n in between:
+        op = normalize(n, gm)
+        if op.kind not in POINTWISE_KINDS:
+            raise Unsupported(f"{op.where}: {op.label} is not a pointwise op kgen can fuse here")
+        if op.shape != in_shape or op.dtype != in_dtype:
+            raise Unsupported(f"{op.where}: {op.label} gives shape {op.shape} {op.dtype}; the pointwise ops after "
+                              f"{start.name} must keep its shape {in_shape} and dtype {in_dtype}")
+        if n is not end and any(u not in inside for u in n.users):
+            raise Unsupported(f"{op.where}: the value of {op.label} is also used outside the pointwise program")
+        first = next(a for a in n.all_input_nodes if a.op != "get_attr")
+        if op.inplace and len(first.users) > 1:
+            raise Unsupported(f"{op.where}: {op.label} writes in place into {first.name}, which is read elsewhere")
+        if "a" in op.params:
+            a, b = (_program_ref(op, v, index) for v in (op.params["a"], op.params["b"]))
+            if op.kind == "div" and b.kind == "const":
+                inv = float(torch.tensor(1.0, dtype=torch.float32) / torch.tensor(b.value, dtype=torch.float32))
+                nodes.append(pw_node("mul", a, Ref.const(inv)))
+            else:
+                nodes.append(pw_node(op.kind, a, b))
+        elif op.kind == "gelu":
+            approximate = op.params.get("approximate", "none")
+            if approximate not in _GELU_ROWS:
+                raise Unsupported(f"{op.where}: gelu approximate={approximate!r} is not supported")
+            nodes.append(pw_node(_GELU_ROWS[approximate], _program_ref(op, Value(first.name), index)))
+        else:
+            nodes.append(pw_node(op.kind, _program_ref(op, Value(first.name), index), **op.params))
+        index[n] = len(nodes) - 1
+    return Program(tuple(nodes), Ref.node(index[end]))
+
+
+def _program_ref(op: Op, v: Any, index: dict[fx.Node, int]) -> Ref:
+    """An operand of a normalized op as a program Ref: constants and params as they are, a Value by the index of
+    the node that computes it (-1: the program's input)."""
+    if isinstance(v, Ref):
+        return v
+    if isinstance(v, float):
+        return Ref.const(v)
+    found = next((m for m in index if m.name == v.name), None)
+    if found is None:
+        raise Unsupported(f"{op.where}: {op.label} reads {v.name}, a tensor computed outside the pointwise program")
+    return Ref.input() if index[found] < 0 else Ref.node(index[found])
+
+
+def pointwise_end(gm: fx.GraphModule, start: fx.Node) -> fx.Node:
+    """The last node e (in graph order) for which start..e is a pointwise program; start itself when none."""
+    best = start
+    nodes = list(gm.graph.nodes)
+    for n in nodes[nodes.index(start) + 1:]:
+        if n.op in ("call_module", "call_function", "call_method"):
+            try:
+                pointwise_program(gm, start, n)
+            except Unsupported:
+                continue
+            best = n
+    return best
+
+
+def model_program(problem: Problem) -> Program:
+    """The whole model as one pointwise program of its single input, or Unsupported naming what is not."""
+    graph = problem.gm.graph
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    if len(placeholders) != 1:
+        raise Unsupported(f"Model.forward takes {len(placeholders)} inputs; a pointwise program takes exactly one")
+    out = next(n for n in graph.nodes if n.op == "output").args[0]
+    if not isinstance(out, fx.Node):
+        raise Unsupported("Model.forward does not return one tensor")
+    return pointwise_program(problem.gm, placeholders[0], out)

@@ -1,4 +1,5 @@
-"""The pointwise table, programs, derived backward and emitter (kgen/pointwise.py). CPU only:
+"""The pointwise table, programs, derived backward and emitter (kgen/pointwise.py), and the normalization of
+pointwise ops and DAG programs from traced models (kgen/ops.py). CPU only:
 
 - every row's value and every VJP form of every operand against torch.autograd in float64, at random points,
   kinks, large and small magnitudes, infinities and NaN (the forms' torch references);
@@ -6,7 +7,8 @@
   expressions themselves, not a restatement of them);
 - derived backwards of random DAG programs (chains, diamonds, reused values, constants and parameters) against
   torch.autograd, in float64 through the references and in float32 through the emitted C++;
-- emitted CUDA for random programs compiles with nvcc for sm_80 and sm_90.
+- emitted CUDA for random programs compiles with nvcc for sm_80 and sm_90;
+- module / functional / method / operator forms normalize to the table's rows; traced models become programs.
 """
 
 from __future__ import annotations
@@ -24,9 +26,12 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from kgen import ops
+from kgen.errors import Unsupported
 from kgen.pointwise import (ROWS, X, Names, Program, Ref, c_float, derive_backward, emit_backward, emit_forward, f32,
                             node, reference_backward, reference_forward)
-from tests.helpers import REPO
+from kgen.problem import load_problem
+from tests.helpers import REPO, write_problem
 
 HEADER_DIR = REPO / "templates" / "common"
 CXX = shutil.which("g++")
@@ -564,3 +569,203 @@ def test_emitted_cuda_compiles_for_sm80_and_sm90(tmp_path):
     for arch in ("sm_80", "sm_90"):
         assert f"for '{arch}'" in r.stderr
     assert "warning" not in r.stderr.lower(), r.stderr[-4000:]
+
+
+# ----------------------------------------------------------------------------------------------- normalization
+
+
+def trace(forward: str, init: str = "", shape=(2, 4, 5, 5), inputs: int = 1):
+    args = ", ".join(["x", "y", "z"][:inputs])
+    src = ("import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n"
+           "class Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+           + "".join(f"        {line}\n" for line in (init.splitlines() or ["pass"]))
+           + f"    def forward(self, {args}):\n"
+           + "".join(f"        {line}\n" for line in forward.splitlines())
+           + f"\ndef get_inputs():\n    return [{', '.join([f'torch.rand{shape}'] * inputs)}]\n"
+           "def get_init_inputs():\n    return []\n")
+    return load_problem(write_problem(src))
+
+
+def last_op(forward: str, init: str = "") -> ops.Op:
+    prob = trace(forward, init)
+    out = next(n for n in prob.gm.graph.nodes if n.op == "output").args[0]
+    return ops.normalize(out, prob.gm)
+
+
+V = ops.Value
+FORMS = [
+    # (init, forward, kind, params)
+    ("self.m = nn.ReLU(inplace=True)", "return self.m(x)", "relu", {}),
+    ("", "return torch.relu(x)", "relu", {}),
+    ("", "return x.relu()", "relu", {}),
+    ("", "return F.relu(x)", "relu", {}),
+    ("self.m = nn.ReLU6()", "return self.m(x)", "relu6", {}),
+    ("", "return F.relu6(x)", "relu6", {}),
+    ("self.m = nn.LeakyReLU(0.1)", "return self.m(x)", "leaky_relu", {"negative_slope": 0.1}),
+    ("", "return F.leaky_relu(x, 0.2)", "leaky_relu", {"negative_slope": 0.2}),
+    ("", "return F.leaky_relu(x)", "leaky_relu", {"negative_slope": 0.01}),
+    ("self.m = nn.ELU(alpha=0.5)", "return self.m(x)", "elu", {"alpha": 0.5}),
+    ("", "return F.elu(x)", "elu", {"alpha": 1.0}),
+    ("self.m = nn.SELU()", "return self.m(x)", "selu", {}),
+    ("", "return torch.selu(x)", "selu", {}),
+    ("self.m = nn.CELU(0.7)", "return self.m(x)", "celu", {"alpha": 0.7}),
+    ("", "return F.celu(x, alpha=2.0)", "celu", {"alpha": 2.0}),
+    ("self.m = nn.GELU(approximate='tanh')", "return self.m(x)", "gelu", {"approximate": "tanh"}),
+    ("", "return F.gelu(x)", "gelu", {"approximate": "none"}),
+    ("self.m = nn.SiLU()", "return self.m(x)", "silu", {}),
+    ("", "return F.silu(x)", "silu", {}),
+    ("self.m = nn.Mish()", "return self.m(x)", "mish", {}),
+    ("", "return F.mish(x)", "mish", {}),
+    ("self.m = nn.Softplus(beta=2, threshold=10)", "return self.m(x)", "softplus", {"beta": 2.0, "threshold": 10.0}),
+    ("", "return F.softplus(x)", "softplus", {"beta": 1.0, "threshold": 20.0}),
+    ("self.m = nn.Sigmoid()", "return self.m(x)", "sigmoid", {}),
+    ("", "return torch.sigmoid(x)", "sigmoid", {}),
+    ("", "return F.sigmoid(x)", "sigmoid", {}),
+    ("", "return torch.special.expit(x)", "sigmoid", {}),
+    ("self.m = nn.Tanh()", "return self.m(x)", "tanh", {}),
+    ("", "return x.tanh()", "tanh", {}),
+    ("self.m = nn.Hardtanh(-2, 2)", "return self.m(x)", "hardtanh", {"min_val": -2.0, "max_val": 2.0}),
+    ("", "return F.hardtanh(x, min_val=-0.5)", "hardtanh", {"min_val": -0.5, "max_val": 1.0}),
+    ("self.m = nn.Hardswish()", "return self.m(x)", "hardswish", {}),
+    ("", "return F.hardswish(x)", "hardswish", {}),
+    ("self.m = nn.Hardsigmoid()", "return self.m(x)", "hardsigmoid", {}),
+    ("", "return F.hardsigmoid(x)", "hardsigmoid", {}),
+    ("self.m = nn.Softsign()", "return self.m(x)", "softsign", {}),
+    ("", "return F.softsign(x)", "softsign", {}),
+    ("", "return torch.abs(x)", "abs", {}),
+    ("", "return x.abs()", "abs", {}),
+    ("", "return torch.exp(x)", "exp", {}),
+    ("", "return x.exp()", "exp", {}),
+    ("", "return -x", "neg", {}),
+    ("", "return torch.neg(x)", "neg", {}),
+    ("", "return torch.clamp(x, 0, 1)", "clamp", {"min": 0.0, "max": 1.0}),
+    ("", "return torch.clamp(x, min=0.5)", "clamp_min", {"min": 0.5}),
+    ("", "return torch.clamp(x, max=2)", "clamp_max", {"max": 2.0}),
+    ("", "return x.clamp_min(0.1)", "clamp_min", {"min": 0.1}),
+    ("", "return torch.clamp_max(x, 3)", "clamp_max", {"max": 3.0}),
+    ("", "return x.clip(-1, 1)", "clamp", {"min": -1.0, "max": 1.0}),
+    ("", "return torch.clip(x, max=2)", "clamp_max", {"max": 2.0}),
+    ("", "return x + 1.5", "add", {"a": V("x"), "b": 1.5}),
+    ("", "return 2 - x", "sub", {"a": 2.0, "b": V("x")}),
+    ("", "return x - 2", "sub", {"a": V("x"), "b": 2.0}),
+    ("", "return x / 4", "div", {"a": V("x"), "b": 4.0}),
+    ("", "return 3 / x", "div", {"a": 3.0, "b": V("x")}),
+    ("", "return x * 2", "mul", {"a": V("x"), "b": 2.0}),
+    ("", "return torch.add(x, 0.5)", "add", {"a": V("x"), "b": 0.5}),
+    ("", "return torch.rsub(x, 1.0)", "sub", {"a": 1.0, "b": V("x")}),
+    ("", "return x.sub(2)", "sub", {"a": V("x"), "b": 2.0}),
+    ("", "return torch.mul(x, x)", "mul", {"a": V("x"), "b": V("x")}),
+    ("", "return torch.minimum(x, torch.tensor(0.5))", "minimum", {"a": V("x"), "b": 0.5}),
+    ("", "return torch.max(x, torch.tensor(0.25))", "maximum", {"a": V("x"), "b": 0.25}),
+    ("", "return x.maximum(torch.tensor(1.0))", "maximum", {"a": V("x"), "b": 1.0}),
+    ("self.w = nn.Parameter(torch.ones(4, 1, 1))", "return x * self.w", "mul", {"a": V("x"), "b": Ref.param("w", "channel")}),
+    ("self.w = nn.Parameter(torch.ones(1, 4, 1, 1))", "return self.w + x", "add", {"a": Ref.param("w", "channel"), "b": V("x")}),
+    ("self.register_buffer('s', torch.tensor(2.0))", "return x / self.s", "div", {"a": V("x"), "b": Ref.param("s", "scalar")}),
+    ("self.w = nn.Parameter(torch.ones(1))", "return x - self.w", "sub", {"a": V("x"), "b": Ref.param("w", "scalar")}),
+]
+
+
+@pytest.mark.parametrize("init,forward,kind,params", FORMS,
+                         ids=[f[0].split("= ", 1)[1] if "self.m(" in f[1] else f[1].replace("return ", "") for f in FORMS])
+def test_forms_normalize_to_rows(init, forward, kind, params):
+    op = last_op(forward, init)
+    assert (op.kind, op.params) == (kind, params)
+    assert op.inplace == ("inplace=True" in init)
+
+
+@pytest.mark.parametrize("init,forward,message", [
+    ("", "return torch.add(x, 1, alpha=2)", "alpha=2"),
+    ("", "return torch.div(x, 2, rounding_mode='floor')", "rounding_mode"),
+    ("self.w = nn.Parameter(torch.ones(5, 5))", "return x * self.w", "other than the channel dim"),
+    ("self.w = nn.Parameter(torch.ones(1, 1, 1, 1, 1))", "return x * self.w", "does not broadcast"),
+    ("self.register_buffer('t', torch.tensor(0.5))", "return torch.clamp(x, min=self.t)", "computed at run time"),
+    ("self.register_buffer('w', torch.ones(4, 1, 1, dtype=torch.float64))", "return x * self.w", "float32"),
+])
+def test_refusals_name_the_reason(init, forward, message):
+    with pytest.raises(Unsupported, match=message):
+        last_op(forward, init)
+
+
+def test_max_with_a_dim_is_not_pointwise():
+    assert last_op("return torch.max(x, 1)[0]").kind == "getitem"
+    prob = trace("return torch.max(x, 1)[0]")
+    mx = next(n for n in prob.gm.graph.nodes if n.op == "call_function" and n.target is torch.max)
+    assert ops.normalize(mx, prob.gm).kind == "other"
+
+
+def test_chain_kinds_unchanged_for_the_existing_families():
+    prob = trace("return torch.sigmoid(x).sum(dim=[1, 2, 3])")
+    assert [o.kind for o in ops.chain(prob)] == ["sigmoid", "sum"]
+
+
+# ----------------------------------------------------------------------------------------------- graph -> program
+
+DAG_INIT = "self.bias = nn.Parameter(torch.randn(4, 1, 1))\nself.register_buffer('s', torch.tensor(0.5))\nself.act = nn.LeakyReLU(0.1)"
+DAG_FORWARD = ("h = x * torch.clamp((x + 3) / 6, 0, 1)\nh = self.act(h) + self.bias\n"
+               "h = torch.maximum(h, torch.tensor(0.25)) - self.s\nreturn 1 - F.gelu(h, approximate='tanh') * x")
+
+
+def test_model_program_matches_the_model_values_and_gradients():
+    prob = trace(DAG_FORWARD, DAG_INIT)
+    program = ops.model_program(prob)
+    assert str(program) == ("v0 = add(x, 3.0); v1 = mul(v0, 0.1666666716337204); v2 = clamp(v1, min=0.0, max=1.0); "
+                            "v3 = mul(x, v2); v4 = leaky_relu(v3, negative_slope=0.1); v5 = add(v4, bias[c]); "
+                            "v6 = maximum(v5, 0.25); v7 = sub(v6, s[0]); v8 = gelu_tanh(v7); v9 = mul(v8, x); "
+                            "v10 = sub(1.0, v9); -> v10")
+    torch.manual_seed(0)
+    model = prob.namespace["Model"]().double()
+    x = (torch.randn(2, 4, 5, 5) * 3).double().requires_grad_(True)
+    g = torch.randn(2, 4, 5, 5).double()
+    y = model(x)
+    gx, gbias = torch.autograd.grad(y, [x, model.bias], g)
+    params = {"bias": model.bias.detach(), "s": model.s}
+    values = reference_forward(program, x.detach(), params)
+    torch.testing.assert_close(values[program.output], y.detach(), rtol=1e-6, atol=1e-6)
+    grads = reference_backward(derive_backward(program), values, g)
+    torch.testing.assert_close(grads[X], gx, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(grads[Ref.param("bias", "channel")].sum_to_size(4, 1, 1), gbias, rtol=1e-6, atol=1e-6)
+
+
+def test_division_by_a_constant_is_pytorch_cuda_reciprocal_multiplication():
+    program = ops.model_program(trace("return x / 3"))
+    (n,) = program.nodes
+    assert n.op == "mul" and n.args[1].value == float(torch.tensor(1.0) / torch.tensor(3.0))
+    assert ops.model_program(trace("return 3 / x")).nodes[0].op == "div"
+
+
+def test_pointwise_end_finds_a_conv_epilogue():
+    prob = trace("h = self.conv(x)\nh = F.relu(h) + self.b\nh = h * torch.sigmoid(h)\nreturn F.avg_pool2d(h, 2).sum()",
+                 "self.conv = nn.Conv2d(4, 6, 3)\nself.b = nn.Parameter(torch.zeros(6, 1, 1))", )
+    conv = next(n for n in prob.gm.graph.nodes if n.op == "call_module")
+    end = ops.pointwise_end(prob.gm, conv)
+    assert end.name == "mul"
+    program = ops.pointwise_program(prob.gm, conv, end)
+    assert [n.op for n in program.nodes] == ["relu", "add", "sigmoid", "mul"]
+    assert program.params == (Ref.param("b", "channel"),)
+    assert ops.pointwise_end(prob.gm, end) is end
+
+
+@pytest.mark.parametrize("forward,inputs,message", [
+    ("h = torch.relu(x)\nreturn h + h.mean()", 1, "not a pointwise op"),
+    ("return F.avg_pool2d(torch.relu(x), 2)", 1, "not a pointwise op"),
+    ("h = torch.relu(x)\nreturn h * y", 2, "inputs"),
+    ("h = x.relu_()\nreturn h + x", 1, "in place"),
+])
+def test_program_refusals(forward, inputs, message):
+    with pytest.raises(Unsupported, match=message):
+        ops.model_program(trace(forward, inputs=inputs))
+
+
+def test_program_refuses_values_from_outside_and_escaping_intermediates():
+    prob = trace("h = torch.relu(x) * y\nreturn h", inputs=2)
+    x, y = [n for n in prob.gm.graph.nodes if n.op == "placeholder"]
+    out = next(n for n in prob.gm.graph.nodes if n.op == "output").args[0]
+    with pytest.raises(Unsupported, match="outside the pointwise program"):
+        ops.pointwise_program(prob.gm, x, out)
+    prob = trace("h = torch.relu(x)\nk = torch.sigmoid(h)\nreturn k + F.avg_pool2d(h, 1)")
+    h = next(n for n in prob.gm.graph.nodes if n.name == "relu")
+    k = next(n for n in prob.gm.graph.nodes if n.name == "sigmoid")
+    assert [n.op for n in ops.pointwise_program(prob.gm, h, k).nodes] == ["sigmoid"]
+    x = next(n for n in prob.gm.graph.nodes if n.op == "placeholder")
+    with pytest.raises(Unsupported, match="also used outside"):
+        ops.pointwise_program(prob.gm, x, k)
