@@ -291,6 +291,19 @@ def gather_tiling(g: Geometry, itemsize: int) -> dict:
     return {"b_vec": vec, "ncd": cov[0], "nch": cov[1], "nqw": cov[2], "b_chunks": W // vec}
 
 
+def const_divisor(spec: Spec, g: Geometry) -> int:
+    """An average pool's divisor when every window has the same one (divisor_override; or every window, clipped at
+    size + padding as PyTorch clips it, is a whole kernel and count_include_pad or no window reaches the padding),
+    else 0."""
+    if g.reduce != "avg" or g.adaptive:
+        return 0
+    if spec.divisor_override:
+        return spec.divisor_override
+    whole = all((o - 1) * s - p + k <= n + p for n, o, k, s, p in zip(g.size, g.out, g.kernel, g.stride, g.padding))
+    inside = all(p == 0 and (o - 1) * s + k <= n for n, o, k, s, p in zip(g.size, g.out, g.kernel, g.stride, g.padding))
+    return math.prod(g.kernel) if (whole and spec.count_include_pad) or inside else 0
+
+
 def offset_type(g: Geometry) -> OffsetType:
     n = math.prod(g.kernel)
     return next(t for t in OFFSET_TYPES if n <= t.limit)
@@ -346,7 +359,7 @@ def context(spec: Spec) -> dict:
         "reduce": g.reduce, "adaptive": g.adaptive, "design": pl["forward"], "backward": pl["backward"],
         "D": D, "H": H, "W": W, "DO": DO, "HO": HO, "WO": WO, "KD": KD, "KH": KH, "KW": KW, "SD": SD, "SH": SH,
         "SW": SW, "PD": PD, "PH": PH, "PW": PW, "DD": DD, "DH": DH, "DW": DW,
-        "ctype": dt.ctype, "aten_dtype": dt.aten, "itemsize": dt.size,
+        "ctype": dt.ctype, "aten_dtype": dt.aten, "itemsize": dt.size, "const_divisor": const_divisor(spec, g),
         "off_ctype": off.ctype, "off_aten": off.aten, "off_torch": off.torch, "off_size": off.size,
         "threads": THREADS, "unroll_max": UNROLL_MAX, "fwd_min_blocks": MIN_BLOCKS[pl["forward"]],
         "bwd_min_blocks": MIN_BLOCKS["gather"],

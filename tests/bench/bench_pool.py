@@ -1,0 +1,77 @@
+"""Benchmark the pool family at realistic sizes (issue 8; every input >= 256 MB): each problem file is written into a
+temporary folder and timed by `kgen.bench` (eager, torch.compile and kgen; forward and forward+backward; the memory
+floor from the family's traffic() and the copy bandwidth of the same run), appending rows to a CSV.
+
+Usage (GPU): python tests/bench/bench_pool.py [--quick] [--no-compile] [--only NAME ...] [--csv docs/bench.csv]
+--quick: fewer timing samples (2 warm-up, 5 samples).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from kgen import bench  # noqa: E402
+
+# name -> (module expression, input shape, dtype)
+PROBLEMS = {
+    "maxpool1d_k4s2": ("nn.MaxPool1d(4, 2)", (32, 256, 100000), "float32"),
+    "maxpool2d_k3s2p1": ("nn.MaxPool2d(3, 2, 1)", (32, 96, 384, 384), "float32"),
+    "maxpool3d_k3s2p1": ("nn.MaxPool3d(3, 2, 1)", (8, 48, 96, 96, 160), "float32"),
+    "avgpool1d_k5s1p2": ("nn.AvgPool1d(5, 1, 2)", (32, 128, 120000), "float32"),
+    "avgpool3d_k2": ("nn.AvgPool3d(2)", (8, 64, 64, 128, 128), "float32"),
+    "adaptiveavgpool2d_7": ("nn.AdaptiveAvgPool2d(7)", (256, 512, 28, 28), "float32"),
+    "maxpool2d_k3s2p1_fp16": ("nn.MaxPool2d(3, 2, 1)", (32, 96, 384, 384), "float16"),
+    "avgpool3d_k2_bf16": ("nn.AvgPool3d(2)", (8, 64, 64, 128, 128), "bfloat16"),
+}
+
+
+def problem_source(module: str, shape: tuple, dtype: str) -> str:
+    dt = "" if dtype == "float32" else f", dtype=torch.{dtype}"
+    return f'''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.pool = {module}
+
+    def forward(self, x):
+        return self.pool(x)
+
+
+def get_inputs():
+    return [torch.rand({", ".join(map(str, shape))}{dt})]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="2 warm-up calls and 5 samples per measurement")
+    ap.add_argument("--no-compile", action="store_true", help="skip torch.compile")
+    ap.add_argument("--only", nargs="*", default=None, help="problem names (default: all)")
+    ap.add_argument("--csv", type=Path, default=None, help="append rows to this CSV")
+    a = ap.parse_args(argv)
+    names = a.only or list(PROBLEMS)
+    warmup, reps = (2, 5) if a.quick else (5, 20)
+    folder = Path(tempfile.mkdtemp(prefix="kgen_bench_pool_"))  # file stems are the problem names above
+    for name in names:
+        module, shape, dtype = PROBLEMS[name]
+        path = folder / f"{name}.py"
+        path.write_text(problem_source(module, shape, dtype))
+        bench.run(path, warmup=warmup, reps=reps, with_compile=not a.no_compile, csv=a.csv)
+        print(flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
