@@ -159,7 +159,7 @@ COLSUM_MIN_WINDOW = 25  # avg 2d windows of this many elements or more use the c
 UNROLL_MAX = 16  # loops up to this trip count are fully unrolled
 # Blocks per SM each kernel is compiled for (caps registers: 2 -> 128, 4 -> 64 per thread): the window forward keeps
 # many loads in flight per thread; the others are light and want occupancy.
-MIN_BLOCKS = {"window": 2, "simple": 4, "colsum": 1, "gather": 4}
+MIN_BLOCKS = {"window": 2, "lanes": 2, "simple": 4, "colsum": 1, "gather": 4}
 
 
 @dataclass(frozen=True)
@@ -229,6 +229,40 @@ def window_tiling(g: Geometry, itemsize: int) -> dict | None:
         return {"vec": vec, "vo": vo, "rh": rh, "al": al, "seg": seg(vo), "nj": nj, "chunks": ceil_div(WO, vo),
                 "groups": ceil_div(HO, rh)}
     return None
+
+
+LANES_MIN_USE = 0.7  # the lanes design is taken when at least this fraction of its lanes' outputs are real
+LANES_OUTPUTS = 8  # outputs per lane to aim at (MS steps x RH rows x OPL)
+
+
+def lanes_tiling(g: Geometry, itemsize: int) -> dict | None:
+    """The warp-contiguous design: lane t of a warp owns VEC input columns (one coalesced load per row), computes the
+    OPL = VEC / SW outputs whose windows start there, and takes HLN <= 2 vectors of halo from the next lanes. Needs
+    SW | VEC; None when no vector width fits or too many lanes would idle on a narrow row."""
+    (_, H, W), (_, HO, WO) = g.size, g.out
+    (_, KH, KW), (_, SH, SW), (_, _, PW), (_, DH, DW) = g.kernel, g.stride, g.padding, g.dilation
+    ekw, ekh = (KW - 1) * DW + 1, (KH - 1) * DH + 1
+    best = None
+    for vec in vec_widths(W, itemsize):
+        if vec % SW:
+            continue
+        opl, al = vec // SW, ceil_div(PW, vec) * vec
+        need = al - PW + (opl - 1) * SW + ekw  # columns from a lane's first one that its windows read
+        hln = ceil_div(max(0, need - vec), vec)
+        steps = ceil_div(WO, 32 * opl)
+        use = WO / (steps * 32 * opl)
+        if hln > 2 or use < LANES_MIN_USE:
+            continue
+        score = use * vec * itemsize
+        if best is None or score > best[0]:
+            best = (score, vec, opl, al, hln, steps)
+    if best is None:
+        return None
+    _, vec, opl, al, hln, steps = best
+    rh = 2 if ekh > SH and HO > 1 else 1
+    ms = max(1, min(steps, LANES_OUTPUTS // (opl * rh)))
+    return {"vec": vec, "opl": opl, "al": al, "hln": hln, "steps": steps, "rh": rh, "ms": ms,
+            "nj": (rh - 1) * SH + ekh, "groups": ceil_div(HO, rh)}
 
 
 # The column-sum design (ported from the tuned AvgPool2d kernels).
@@ -316,8 +350,13 @@ def plan(spec: Spec) -> dict:
     KD, KH, KW = g.kernel
     out: dict = {"geometry": g}
     window = None if g.adaptive else window_tiling(g, isz)
+    lanes = None if g.adaptive else lanes_tiling(g, isz)
     if spec.nd == 2 and g.reduce == "avg" and not g.adaptive and KH * KW >= COLSUM_MIN_WINDOW:
         out["forward"], out["tiling"] = "colsum", colsum_tiling(g, isz)
+    elif lanes is not None and not (window is not None and window["seg"] == window["vo"] * g.stride[2]
+                                    and g.out[2] % window["vo"] == 0):
+        # lanes, unless each window-design thread already reads exactly its own columns and stores whole vectors
+        out["forward"], out["tiling"] = "lanes", lanes
     elif window is not None:
         out["forward"], out["tiling"] = "window", window
     else:
@@ -380,7 +419,12 @@ def describe(spec: Spec) -> list[str]:
     what = {"avg": "average", "max": "max", "adaptive_avg": "adaptive average", "adaptive_max": "adaptive max"}[spec.op]
     lines = [f"{what} pooling, {spec.nd}-d, {spec.dtype} (float32 accumulation), computed as a 3-d pool over "
              f"(D, H, W) = {g.size} -> {g.out}{' with floor/ceil bins' if g.adaptive else f', window {g.kernel}'}."]
-    if pl["forward"] == "window":
+    if pl["forward"] == "lanes":
+        lines.append(f"forward: lane t of a warp owns {t['vec']} adjacent input columns (each row one coalesced load of "
+                     f"the warp's {32 * t['vec']} columns) and computes the {t['opl']} outputs whose windows start there, "
+                     f"taking its right-hand halo from the next lanes by shuffles; {t['ms']} step(s) x {t['rh']} output "
+                     "row(s) per warp.")
+    elif pl["forward"] == "window":
         lines.append(f"forward: each thread keeps {t['vo']} outputs along W x {t['rh']} output row(s) in registers and "
                      f"streams the {t['nj']} input rows per window slice their windows cover with {t['vec'] * DTYPES[spec.dtype].size}-byte loads.")
     elif pl["forward"] == "colsum":

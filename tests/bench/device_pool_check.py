@@ -94,21 +94,27 @@ def main() -> int:
     ap.add_argument("--stages", default="build,pytest,sweep,bench")
     ap.add_argument("--bench-args", default="--quick --no-compile")
     ap.add_argument("--pytest-args", default="")
+    ap.add_argument("--bench2-args", default="--quick --only maxpool2d_k3s2p1 maxpool1d_k4s2")
+    ap.add_argument("--reserve", type=float, default=110.0, help="seconds pytest and the sweep leave for later stages")
     a = ap.parse_args()
     stages = a.stages.split(",")
     sweep = sweep_sources(a.sweep)
     # the benchmark's problems under the names bench_pool.py gives them (the name is part of the sources' hash)
     bench_sources = [(bench_pool.problem_source(*v), k) for k, v in bench_pool.PROBLEMS.items()]
     if "build" in stages:
-        stage_build([(s, None) for _, s in test_pool.CASES] + [(s, None) for s in sweep] + bench_sources, a.jobs,
-                    a.budget - 150)
-    if "pytest" in stages and left(a.budget) > 30:
-        run_for([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", "tests/test_pool.py",
-                 *shlex.split(a.pytest_args)], left(a.budget) - 60, "pytest", 6000)
-    if "sweep" in stages:
-        stage_sweep(sweep, a.budget - 40)
-    if "bench" in stages and left(a.budget) > 20:
-        run_for([sys.executable, "tests/bench/bench_pool.py", *shlex.split(a.bench_args)], left(a.budget), "bench")
+        stage_build([(s, None) for _, s in test_pool.CASES] + bench_sources + [(s, None) for s in sweep], a.jobs,
+                    a.budget - 200)
+    for stage in stages:  # the rest in the order given
+        if stage == "pytest" and left(a.budget) > 30:
+            run_for([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", "tests/test_pool.py",
+                     *shlex.split(a.pytest_args)], left(a.budget) - a.reserve, "pytest", 6000)
+        elif stage == "sweep":
+            stage_sweep(sweep, a.budget - a.reserve)
+        elif stage == "bench" and left(a.budget) > 40:
+            run_for([sys.executable, "tests/bench/bench_pool.py", *shlex.split(a.bench_args)], left(a.budget) - 5, "bench")
+        elif stage == "bench2" and left(a.budget) > 40:
+            run_for([sys.executable, "tests/bench/bench_pool.py", *shlex.split(a.bench2_args)], left(a.budget) - 5,
+                    "bench2")
     print(f"[done] {time.time() - T0:.0f} s", flush=True)
     return 0
 
