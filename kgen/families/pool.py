@@ -155,6 +155,7 @@ def match(ops: list[Op], problem: Problem) -> Spec | None:
 THREADS = 256  # window / simple forward and gather backward blocks
 SEG_MAX = 48  # input elements one window-design thread holds per row (float registers)
 OUT_MAX = 16  # outputs one window-design thread keeps in registers
+LOADS_MAX = 40  # vector loads per window slice one window-design thread may hold (a register budget)
 COLSUM_MIN_WINDOW = 25  # avg 2d windows of this many elements or more use the column-sum design
 UNROLL_MAX = 16  # loops up to this trip count are fully unrolled
 # Blocks per SM each kernel is compiled for (caps registers: 2 -> 128, 4 -> 64 per thread): the window forward keeps
@@ -220,11 +221,14 @@ def window_tiling(g: Geometry, itemsize: int) -> dict | None:
         if vo > OUT_MAX or seg(vo) > SEG_MAX:
             continue
         min_outputs = max(1, 16 // itemsize)  # at least 16 bytes of output per thread where the row allows
-        while (vo * 2 <= OUT_MAX and seg(vo * 2) <= SEG_MAX and vo * 2 <= 1 << (WO - 1).bit_length()
-               and (vo < min_outputs or seg(vo) > 1.25 * vo * SW)):
-            vo *= 2
         ekh = (KH - 1) * DH + 1
-        rh = 2 if (ekh > SH and HO > 1 and vo * 2 <= OUT_MAX and ceil_div(seg(vo), vec) * (SH + ekh) <= 64) else 1
+        while (vo * 2 <= OUT_MAX and seg(vo * 2) <= SEG_MAX and vo * 2 <= 1 << (WO - 1).bit_length()
+               and ceil_div(seg(vo * 2), vec) * ekh <= LOADS_MAX and (vo < min_outputs or seg(vo) > 1.25 * vo * SW)):
+            vo *= 2
+        # Two output rows per thread where windows overlap in H, unless the loads are narrow (many of them, and their
+        # addresses, would not fit the register budget without spilling).
+        rh = 2 if (ekh > SH and HO > 1 and vo * 2 <= OUT_MAX and ceil_div(seg(vo), vec) * (SH + ekh) <= 64
+                   and vec * itemsize >= 8) else 1
         nj = (rh - 1) * SH + ekh
         return {"vec": vec, "vo": vo, "rh": rh, "al": al, "seg": seg(vo), "nj": nj, "chunks": ceil_div(WO, vo),
                 "groups": ceil_div(HO, rh)}
@@ -353,9 +357,12 @@ def plan(spec: Spec) -> dict:
     lanes = None if g.adaptive else lanes_tiling(g, isz)
     if spec.nd == 2 and g.reduce == "avg" and not g.adaptive and KH * KW >= COLSUM_MIN_WINDOW:
         out["forward"], out["tiling"] = "colsum", colsum_tiling(g, isz)
-    elif lanes is not None and not (window is not None and window["seg"] == window["vo"] * g.stride[2]
-                                    and g.out[2] % window["vo"] == 0):
-        # lanes, unless each window-design thread already reads exactly its own columns and stores whole vectors
+    elif lanes is not None and KD == 1 and KH == 1 and not (
+            window is not None and window["seg"] == window["vo"] * g.stride[2] and g.out[2] % window["vo"] == 0):
+        # Single-row windows (1-d pooling): lanes, unless each window-design thread already reads exactly its own
+        # columns and stores whole vectors. Measured on H200: lanes took MaxPool1d(4, 2) from 37% to 87% of the
+        # copy-rate floor and AvgPool1d(5, 1, 2) from 60% to 88%, but multi-row windows lost (MaxPool2d(3, 2, 1)
+        # 96% -> 48%: a shuffle per halo element per row), so those keep the window design.
         out["forward"], out["tiling"] = "lanes", lanes
     elif window is not None:
         out["forward"], out["tiling"] = "window", window
