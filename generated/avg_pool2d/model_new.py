@@ -2,37 +2,37 @@
 
 Do not edit: regenerate with `kgen generate kgen/problems/avg_pool2d.py` (a hand edit makes kgen refuse to overwrite
 this file without --force).
-kgen-checksum: b972035d0553c4164854d1da8efd794b5fc441daff42bf8bce723b8a7e12f78a
+kgen-checksum: 9afcee006f0e79d2a376dad141ea417096dc875faaf7163aecb4d94f6a5ab98a
 
-Family avg_pool2d; spec 2466989f57346f63:
+Family pool; spec 4b862dba0d5233a7:
+    op = 'avg'
+    nd = 2
+    dtype = 'float32'
+    batched = True
     C = 64
-    H = 2048
-    W = 2048
-    HO = 186
-    WO = 186
-    KH = 11
-    KW = 11
-    SH = 11
-    SW = 11
-    PH = 0
-    PW = 0
+    size = (2048, 2048)
+    out = (186, 186)
+    kernel = (11, 11)
+    stride = (11, 11)
+    padding = (0, 0)
+    dilation = (1, 1)
     ceil_mode = False
     count_include_pad = True
     divisor_override = None
+    outputs = 'values'
 
 How it works:
-    forward: one block per tile of 1 output row(s) x 186 output columns of one (n, c) plane.
-    Each thread sums 4 adjacent input columns down the 11 window rows (16-byte
-    loads, all rows in flight), then each output adds its KW column sums from shared memory and divides by
-    PyTorch's divisor. backward: one block per tile of input rows; it first sums grad_y / divisor over the windows
-    covering each row, then every grad_x element gathers the windows covering its column (coalesced streaming
-    stores, every element written). Batch size is a run-time value; indexing is 64-bit.
+    average pooling, 2-d, float32 (float32 accumulation), computed as a 3-d pool over (D, H, W) = (1, 2048, 2048) -> (1, 186, 186), window (1, 11, 11).
+    forward: one block per tile of 1 output row(s) x 186 output columns; each thread sums adjacent input columns down the window rows, then each output adds its column sums from shared memory and divides by PyTorch's divisor.
+    backward: per tile of input rows, row sums of grad_y / divisor over the covering windows in shared memory, then every grad_x element gathers its windows (every element written).
+    Batch size is a run-time value; indexing that scales with it is 64-bit.
 
 The CUDA and C++ sources below are also written beside this file (kernel.cu, binding.cpp) for reading. They are
-compiled on first import into the extension kgen_avg_pool2d_<hash> (the hash covers the sources, compiler flags,
-torch and CUDA versions and the GPU architecture), cached under $KGEN_CACHE_DIR (default ~/.cache/kgen), and
-loaded from there afterwards. Ops: torch.ops.kgen_avg_pool2d_c48d4bec.forward / .backward, with fake (meta) kernels and autograd
-registered below, so torch.compile(fullgraph=True) and torch.library.opcheck work.
+compiled on first import into the extension kgen_pool_<hash> (the hash covers the sources, compiler flags,
+torch and CUDA versions and the target architectures), cached under $KGEN_CACHE_DIR (else
+$TORCH_EXTENSIONS_DIR/kgen, else ~/.cache/kgen), and loaded from there afterwards. Ops: torch.ops.kgen_pool_70f5cc82.forward / .backward; autograd is registered in C++ (the
+Autograd dispatch key) and fake kernels below, so a training step runs no Python beyond forward's call, and
+torch.compile(fullgraph=True) and torch.library.opcheck work.
 """
 
 import math
@@ -42,7 +42,6 @@ import torch.nn as nn
 
 # ---- the problem file, minus class Model (get_inputs, get_init_inputs and their globals) -----------------------
 import torch
-import torch.nn as nn
 
 
 batch_size = 16
@@ -63,31 +62,55 @@ def get_init_inputs():
 """kgen runtime: compile a generated extension once, then load it from the cache.
 
 This file's text is inlined verbatim into every generated model_new.py (which must work when its text alone is
-exec'd), so it imports nothing from kgen and prefixes every name with ``kgen_``.
+exec'd), so it imports nothing from kgen and prefixes every name with ``kgen_``. The text also meets the strict
+rules of KernelBench's static checker (restated in tests/test_cli.py): no error handlers and no empty statements,
+not even as words inside strings.
 
-Cache layout: ``$KGEN_CACHE_DIR`` (default ``~/.cache/kgen``) holds one folder per extension, named
-``kgen_<family>_<sha8>`` where the hash covers the rendered sources, the compiler flags, the torch and CUDA versions
-and the GPU architecture. A build runs under an OS-level ``fcntl.flock`` (released by the kernel if the builder dies,
+Target architectures: a set ``TORCH_CUDA_ARCH_LIST`` is left alone (torch's load_inline reads it and adds its own
+-gencode flags); unset (or "native"), kgen builds for the current GPU by giving nvcc explicit -gencode flags, which
+makes torch skip its own. Kernels pick their path with ``#if KGEN_SM90``: 1 when every target is sm_90 or newer
+and ``KGEN_FORCE_SM80`` is not "1", else 0 (the sm_80 path). A GPU below sm_80 is refused before any compile.
+
+Cache layout: the root is ``$KGEN_CACHE_DIR``, else ``$TORCH_EXTENSIONS_DIR/kgen``, else ``~/.cache/kgen``; it holds
+one folder per extension, named ``kgen_<family>_<sha8>`` where the hash covers the rendered sources, the compiler
+flags (the KGEN_SM90 define and the -gencode flags of the sorted target list included), the torch, CUDA and Python
+versions. A build runs under an OS-level ``fcntl.flock`` (released when its file is closed or the builder dies,
 unlike torch's own lock file), and a finished build records the shared object's SHA-256 in ``kgen_manifest.txt``:
 a missing or mismatching manifest (an interrupted build, a truncated file) means rebuild, never load.
 """
 
 import fcntl
 import hashlib
+import importlib.util
 import os
+import re
 import sys
 import types
 
 KGEN_NVCC_FLAGS = ("-O3", "-lineinfo")
 KGEN_CXX_FLAGS = ("-O3",)
+KGEN_MIN_CAPABILITY = (8, 0)
+# TORCH_CUDA_ARCH_LIST's names, expanded as torch expands them (combined names first).
+KGEN_NAMED_ARCHS = (
+    ("Kepler+Tesla", "3.7"), ("Kepler", "3.5+PTX"), ("Maxwell+Tegra", "5.3"), ("Maxwell", "5.0;5.2+PTX"),
+    ("Pascal", "6.0;6.1+PTX"), ("Volta+Tegra", "7.2"), ("Volta", "7.0+PTX"), ("Turing", "7.5+PTX"),
+    ("Ampere+Tegra", "8.7"), ("Ampere", "8.0;8.6+PTX"), ("Ada", "8.9+PTX"), ("Hopper", "9.0+PTX"),
+    ("Blackwell+Tegra", "11.0"), ("Blackwell", "10.0;10.3;12.0;12.1+PTX"),
+)
+KGEN_ARCH_RE = re.compile(r"^(\d+)\.(\d+)([af]?)(\+PTX)?$")
 
 
 def kgen_cache_dir():
-    return os.environ.get("KGEN_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "kgen")
+    """The cache root: $KGEN_CACHE_DIR, else $TORCH_EXTENSIONS_DIR/kgen, else ~/.cache/kgen."""
+    if os.environ.get("KGEN_CACHE_DIR"):
+        return os.environ["KGEN_CACHE_DIR"]
+    if os.environ.get("TORCH_EXTENSIONS_DIR"):
+        return os.path.join(os.environ["TORCH_EXTENSIONS_DIR"], "kgen")
+    return os.path.join(os.path.expanduser("~"), ".cache", "kgen")
 
 
 def kgen_loaded():
-    """Process-wide record {library namespace: extension name}; survives exec'ing model_new.py twice."""
+    """Process-wide record {library namespace: extension module}; survives exec'ing model_new.py twice."""
     mod = sys.modules.get("kgen_runtime_state")
     if mod is None:
         mod = types.ModuleType("kgen_runtime_state")
@@ -97,15 +120,143 @@ def kgen_loaded():
     return mod
 
 
-def kgen_build_key(cuda_source, cpp_source, arch):
+def kgen_arch_env():
+    """The user's TORCH_CUDA_ARCH_LIST, stripped; "" when unset or "native" (kgen then targets the current GPU)."""
+    value = os.environ.get("TORCH_CUDA_ARCH_LIST", "").strip()
+    return "" if value == "native" else value
+
+
+def kgen_arch_fields(arch):
+    """"9.0+PTX" -> (9, 0, "", True); None for text that is no architecture."""
+    m = KGEN_ARCH_RE.match(arch)
+    if m is None:
+        return None
+    return int(m.group(1)), int(m.group(2)), m.group(3), bool(m.group(4))
+
+
+def kgen_parse_arch_list(text):
+    """A TORCH_CUDA_ARCH_LIST value as torch reads it (space or ';' separated, names expanded), deduplicated and
+    sorted by version; entries below sm_80 or unknown ones raise one RuntimeError naming them."""
+    expanded = text.replace(" ", ";")
+    for named, archs in KGEN_NAMED_ARCHS:
+        expanded = expanded.replace(named, archs)
+    archs = sorted({a for a in expanded.split(";") if a}, key=lambda a: kgen_arch_fields(a) or (0, 0, a, False))
+    for arch in archs:
+        fields = kgen_arch_fields(arch)
+        if fields is None:
+            raise RuntimeError("kgen: TORCH_CUDA_ARCH_LIST=%r has the unknown entry %r; use entries like 8.0, 8.6 or "
+                               "9.0+PTX, or unset it to build for this GPU" % (text, arch))
+        if fields[:2] < KGEN_MIN_CAPABILITY:
+            raise RuntimeError("kgen: TORCH_CUDA_ARCH_LIST=%r includes %s, but kgen's kernels need compute capability "
+                               "8.0+; remove the entries below 8.0, or unset it to build for this GPU" % (text, arch))
+    if not archs:
+        raise RuntimeError("kgen: TORCH_CUDA_ARCH_LIST=%r names no architecture; unset it to build for this GPU" % text)
+    return archs
+
+
+def kgen_target_archs(capability=None, supported=None):
+    """The sorted architectures to compile for: TORCH_CUDA_ARCH_LIST's when set, else the GPU's ``capability``
+    (default: the current device's). As torch does, a capability newer than this torch build's newest sm_XY
+    (``supported``, default torch.cuda.get_arch_list()) is built as that newest one plus PTX."""
+    if kgen_arch_env():
+        return kgen_parse_arch_list(kgen_arch_env())
     import torch
 
+    if capability is None:
+        capability = torch.cuda.get_device_capability()
+    if supported is None:
+        supported = torch.cuda.get_arch_list()
+    known = [int(m.group(1)) for m in (re.match(r"sm_(\d+)", s) for s in supported) if m]
+    if known and tuple(capability) > divmod(max(known), 10):
+        return ["%d.%d+PTX" % divmod(max(known), 10)]
+    return ["%d.%d" % tuple(capability)]
+
+
+def kgen_sm90_path(archs=None):
+    """True when the kernels are built with KGEN_SM90=1 (the Hopper path, thread block clusters): every target
+    architecture is 9.0 or newer and KGEN_FORCE_SM80 is not "1". ``archs`` defaults to this process's targets."""
+    if archs is None:
+        archs = kgen_target_archs()
+    if os.environ.get("KGEN_FORCE_SM80") == "1":
+        return False
+    return all(kgen_arch_fields(a)[0] >= 9 for a in archs)
+
+
+def kgen_gencode_flags(archs):
+    """nvcc's -gencode flags for the architectures, written as torch writes them (SASS, plus PTX for "+PTX")."""
+    flags = []
+    for arch in archs:
+        major, minor, suffix, ptx = kgen_arch_fields(arch)
+        num = "%d%d%s" % (major, minor, suffix)
+        flags.append("-gencode=arch=compute_%s,code=sm_%s" % (num, num))
+        if ptx:
+            flags.append("-gencode=arch=compute_%s,code=compute_%s" % (num, num))
+    return sorted(set(flags), key=flags.index)
+
+
+def kgen_compile_flags(archs):
+    """(C++ flags, nvcc flags) without -gencode: the base flags plus the KGEN_SM90 path define. None of them may
+    contain the text "arch": torch drops its own -gencode flags when one does."""
+    define = "-DKGEN_SM90=%d" % kgen_sm90_path(archs)
+    return list(KGEN_CXX_FLAGS) + [define], list(KGEN_NVCC_FLAGS) + [define]
+
+
+def kgen_arch_names(archs):
+    """["8.0+PTX", "9.0"] -> "sm_80+PTX, sm_90" (for messages)."""
+    return ", ".join("sm_" + a.replace(".", "") for a in archs)
+
+
+def kgen_build_key(cuda_source, cpp_source, archs):
+    """SHA-256 over everything that changes the binary: sources, flags, sorted targets, torch/CUDA/Python versions.
+
+    The same targets give the same key whether they come from TORCH_CUDA_ARCH_LIST or from the GPU."""
+    import torch
+
+    cxx_flags, nvcc_flags = kgen_compile_flags(archs)
     h = hashlib.sha256()
-    for part in (cuda_source, cpp_source, " ".join(KGEN_NVCC_FLAGS), " ".join(KGEN_CXX_FLAGS), torch.__version__,
-                 str(torch.version.cuda), arch, "%d.%d" % sys.version_info[:2]):
+    for part in (cuda_source, cpp_source, " ".join(nvcc_flags), " ".join(cxx_flags), " ".join(kgen_gencode_flags(archs)),
+                 ";".join(archs), torch.__version__, str(torch.version.cuda), "%d.%d" % sys.version_info[:2]):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()
+
+
+def kgen_check_device(capability, name):
+    """One clear error for a GPU below compute capability 8.0, raised before anything is compiled."""
+    if tuple(capability) < KGEN_MIN_CAPABILITY:
+        raise RuntimeError("kgen: the GPU %s has compute capability %d.%d, and kgen's kernels need compute capability "
+                           "8.0+ (A100, RTX 30xx or newer); run on such a GPU" % (name, capability[0], capability[1]))
+
+
+def kgen_check_archs(archs, capability, name):
+    """Refuse a TORCH_CUDA_ARCH_LIST whose code cannot run on this GPU (torch would fail at the first launch with
+    "no kernel image is available")."""
+    for arch in archs:
+        major, minor, suffix, ptx = kgen_arch_fields(arch)
+        if suffix:
+            runs = (major, minor) == tuple(capability)
+        else:
+            runs = (major == capability[0] and minor <= capability[1]) or (ptx and (major, minor) <= tuple(capability))
+        if runs:
+            return
+    raise RuntimeError("kgen: TORCH_CUDA_ARCH_LIST=%r has no code that runs on the GPU %s (sm_%d%d); add %d.%d to it, "
+                       "or unset it to build for this GPU" % (kgen_arch_env(), name, capability[0], capability[1],
+                                                               capability[0], capability[1]))
+
+
+def kgen_make_dir(path):
+    """Create the folder and its parents; an unusable cache location raises one RuntimeError naming it and the fix
+    (checked up front, so no OSError traceback)."""
+    probe = os.path.abspath(path)
+    while not os.path.isdir(probe):
+        if os.path.lexists(probe):
+            raise RuntimeError("kgen: cache folder %s: %s is a file, not a folder; set KGEN_CACHE_DIR to a writable "
+                               "folder" % (path, probe))
+        probe = os.path.dirname(probe)
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise RuntimeError("kgen: cache folder %s: no write permission in %s; set KGEN_CACHE_DIR to a writable "
+                           "folder" % (path, probe))
+    os.makedirs(path, exist_ok=True)
 
 
 def kgen_file_sha256(path):
@@ -119,12 +270,13 @@ def kgen_file_sha256(path):
 def kgen_cache_valid(so_path, manifest_path, key):
     if not (os.path.isfile(so_path) and os.path.isfile(manifest_path)):
         return False
-    with open(manifest_path) as f:
-        manifest = dict(line.split(" ", 1) for line in f.read().splitlines() if " " in line)
+    with open(manifest_path, "rb") as f:
+        text = f.read().decode("utf-8", "replace")
+    manifest = dict(line.split(" ", 1) for line in text.splitlines() if " " in line)
     return manifest.get("key") == key and manifest.get("so_sha256") == kgen_file_sha256(so_path)
 
 
-def kgen_compile(ext_name, build_dir, cuda_source, cpp_source, arch):
+def kgen_compile(ext_name, build_dir, cuda_source, cpp_source, archs):
     import torch.utils.cpp_extension as cpp_ext
 
     # We hold the flock: a torch 'lock' file here was left by a killed build and would make load_inline wait forever.
@@ -137,64 +289,79 @@ def kgen_compile(ext_name, build_dir, cuda_source, cpp_source, arch):
     kwargs = {}
     if "no_implicit_headers" in cpp_ext.load_inline.__code__.co_varnames:
         kwargs["no_implicit_headers"] = True
-    old_arch = os.environ.get("TORCH_CUDA_ARCH_LIST")
-    os.environ["TORCH_CUDA_ARCH_LIST"] = arch
-    try:  # a failed build raises torch's "Error building extension" with the compiler's lines and source paths
-        cpp_ext.load_inline(
-            name=ext_name, cpp_sources=[cpp_source], cuda_sources=[cuda_source],
-            extra_cflags=list(KGEN_CXX_FLAGS), extra_cuda_cflags=list(KGEN_NVCC_FLAGS),
-            build_directory=build_dir, is_python_module=False, verbose=False, **kwargs)
-    finally:
-        if old_arch is None:
-            del os.environ["TORCH_CUDA_ARCH_LIST"]
-        else:
-            os.environ["TORCH_CUDA_ARCH_LIST"] = old_arch
+    cxx_flags, nvcc_flags = kgen_compile_flags(archs)
+    if not kgen_arch_env():  # explicit targets; a set TORCH_CUDA_ARCH_LIST is read by torch itself
+        nvcc_flags += kgen_gencode_flags(archs)
+    # A failed build raises torch's "Error building extension" with the compiler's lines and source paths.
+    cpp_ext.load_inline(
+        name=ext_name, cpp_sources=[cpp_source], cuda_sources=[cuda_source],
+        extra_cflags=cxx_flags, extra_cuda_cflags=nvcc_flags,
+        build_directory=build_dir, is_python_module=True, verbose=False, **kwargs)
+
+
+def kgen_import(ext_name, so_path):
+    """Import the built extension as a Python module (its TORCH_LIBRARY ops register as it loads); its pybind
+    functions are the fast path from Python, torch.ops.<namespace> the dispatcher path."""
+    spec = importlib.util.spec_from_file_location(ext_name, so_path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def kgen_load_extension(namespace, cuda_source, cpp_source):
     """Make the ops of TORCH_LIBRARY(namespace) available under torch.ops.<namespace>; build once, then cache.
 
-    Returns the extension's content-hash name.
+    Returns the extension module (its pybind functions are the fast path). The first build prints one line on
+    stderr; a cache hit prints nothing.
     """
     import torch
 
     state = kgen_loaded()
     if namespace in state.loaded:
         return state.loaded[namespace]
-    major, minor = torch.cuda.get_device_capability()
-    arch = "%d.%d" % (major, minor)
-    key = kgen_build_key(cuda_source, cpp_source, arch)
+    device = torch.cuda.current_device()
+    capability = tuple(torch.cuda.get_device_capability(device))
+    name = torch.cuda.get_device_name(device)
+    kgen_check_device(capability, name)
+    archs = kgen_target_archs(capability)
+    kgen_check_archs(archs, capability, name)
+    key = kgen_build_key(cuda_source, cpp_source, archs)
     ext_name = "%s_%s" % (namespace.rsplit("_", 1)[0], key[:8])
     root = kgen_cache_dir()
     build_dir = os.path.join(root, ext_name)
-    os.makedirs(build_dir, exist_ok=True)
+    kgen_make_dir(root)
+    kgen_make_dir(build_dir)
     so_path = os.path.join(build_dir, ext_name + ".so")
     manifest_path = os.path.join(build_dir, "kgen_manifest.txt")
-    with open(os.path.join(root, ext_name + ".lock"), "a+") as lock:
+    with open(os.path.join(root, ext_name + ".lock"), "a+") as lock:  # closing the file releases the flock
         fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            if not kgen_cache_valid(so_path, manifest_path, key):
-                kgen_compile(ext_name, build_dir, cuda_source, cpp_source, arch)
-                tmp = manifest_path + ".tmp"
-                with open(tmp, "w") as f:
-                    f.write("key %s\nso_sha256 %s\nnamespace %s\ntorch %s\ncuda %s\narch %s\n" % (
-                        key, kgen_file_sha256(so_path), namespace, torch.__version__, torch.version.cuda, arch))
-                os.replace(tmp, manifest_path)
-            torch.ops.load_library(so_path)
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-    state.loaded[namespace] = ext_name
-    return ext_name
+        if not kgen_cache_valid(so_path, manifest_path, key):
+            sys.stderr.write("kgen: building %s for %s (first use; cached under %s)\n"
+                             % (ext_name, kgen_arch_names(archs), root))
+            sys.stderr.flush()
+            kgen_compile(ext_name, build_dir, cuda_source, cpp_source, archs)
+            tmp = manifest_path + ".tmp"
+            with open(tmp, "w") as f:
+                f.write("key %s\nso_sha256 %s\nnamespace %s\ntorch %s\ncuda %s\narch %s\narch_env %s\nsm90 %d\n" % (
+                    key, kgen_file_sha256(so_path), namespace, torch.__version__, torch.version.cuda, ";".join(archs),
+                    kgen_arch_env() or "-", kgen_sm90_path(archs)))
+            os.replace(tmp, manifest_path)
+        module = kgen_import(ext_name, so_path)
+    state.loaded[namespace] = module
+    return module
 
 # ---- generated kernels ------------------------------------------------------------------------------------------
-KGEN_NAMESPACE = "kgen_avg_pool2d_c48d4bec"
-KGEN_CUDA_SOURCE = r'''// kgen_avg_pool2d_c48d4bec: AvgPool2d forward and backward, specialized by kgen.
-// x [N, 64, 2048, 2048] -> y [N, 64, 186, 186]; kernel 11x11, stride 11x11,
-// padding 0x0, ceil_mode=False, count_include_pad=True, divisor_override=None.
-// N is a run-time value; everything else is compile-time. All indexing that scales with N is 64-bit.
+KGEN_NAMESPACE = "kgen_pool_70f5cc82"
+KGEN_CUDA_SOURCE = r'''// kgen_pool_70f5cc82: avg pooling (2-d, float32) forward and backward, specialized by kgen.
+// x [N, 64, 2048, 2048] -> y [N, 64, 186, 186]; computed as a 3-d pool over
+// (D, H, W) = (1, 2048, 2048) -> (1, 186, 186), window (1, 11, 11), stride (1, 11, 11),
+// padding (0, 0, 0), dilation (1, 1, 1); forward design: colsum, backward: colsum.
+// The (n, c) plane count is a run-time value; everything else is compile-time. Indexing that scales with it is 64-bit.
 // kgen fixed CUDA helpers (pulled into each rendered kernel by Jinja include; no torch headers).
 #include <cuda_runtime.h>
 #include <stdint.h>
+
+#include <atomic>
 
 namespace kgen {
 
@@ -241,55 +408,217 @@ inline unsigned int grid_for(int64_t tiles) {
 }
 
 // Blocks of `kernel` that fit on the current device at once (multiprocessors x blocks per multiprocessor), for
-// persistent grids; <= 0 if the query fails.
+// persistent grids; <= 0 if the query fails. The occupancy query costs microseconds, so each launch site keeps
+// the answer per device in its own `cache` (a static array of the launcher: zero means not asked yet).
+constexpr int kMaxDevices = 64;
 template <typename Kernel>
-inline int64_t resident_blocks(Kernel kernel, int threads, size_t smem = 0) {
+inline int64_t resident_blocks(Kernel kernel, int threads, size_t smem, std::atomic<int64_t> (&cache)[kMaxDevices]) {
   int dev = 0, sms = 0, per_sm = 0;
   if (cudaGetDevice(&dev) != cudaSuccess) return -1;
+  if (dev >= 0 && dev < kMaxDevices) {
+    const int64_t known = cache[dev].load(std::memory_order_relaxed);
+    if (known > 0) return known;
+  }
   if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) return -1;
   if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem) != cudaSuccess) return -1;
-  return static_cast<int64_t>(sms) * per_sm;
+  const int64_t blocks = static_cast<int64_t>(sms) * per_sm;
+  if (dev >= 0 && dev < kMaxDevices) cache[dev].store(blocks, std::memory_order_relaxed);
+  return blocks;
+}
+
+// Multiprocessors of the current device, cached per device the same way.
+inline int sm_count(std::atomic<int64_t> (&cache)[kMaxDevices]) {
+  int dev = 0, sms = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return -1;
+  if (dev >= 0 && dev < kMaxDevices) {
+    const int64_t known = cache[dev].load(std::memory_order_relaxed);
+    if (known > 0) return static_cast<int>(known);
+  }
+  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) return -1;
+  if (dev >= 0 && dev < kMaxDevices) cache[dev].store(sms, std::memory_order_relaxed);
+  return sms;
 }
 
 }  // namespace kgen
+// pool family fixed helpers (pulled into each rendered kernel by Jinja include; no torch headers): element types
+// as float registers, and 2- to 16-byte vector loads / stores of any element type.
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+
+namespace pool {
+
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <typename T> __device__ __forceinline__ T from_float(float v);
+template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
+template <> __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+
+// An element's bits (low bits of a 32-bit word) and back.
+__device__ __forceinline__ unsigned bits_of(float v) { return __float_as_uint(v); }
+__device__ __forceinline__ unsigned bits_of(__half v) { return __half_as_ushort(v); }
+__device__ __forceinline__ unsigned bits_of(__nv_bfloat16 v) { return __bfloat16_as_ushort(v); }
+
+template <typename T> __device__ __forceinline__ T of_bits(unsigned b);
+template <> __device__ __forceinline__ float of_bits<float>(unsigned b) { return __uint_as_float(b); }
+template <> __device__ __forceinline__ __half of_bits<__half>(unsigned b) { return __ushort_as_half(static_cast<unsigned short>(b)); }
+template <> __device__ __forceinline__ __nv_bfloat16 of_bits<__nv_bfloat16>(unsigned b) {
+  return __ushort_as_bfloat16(static_cast<unsigned short>(b));
+}
+
+// 32-bit words holding B bytes (B = 1, 2, 4, 8 or 16).
+template <int B> struct Words { unsigned w[B >= 4 ? B / 4 : 1]; };
+
+template <int B>
+__device__ __forceinline__ Words<B> load_words(const void* __restrict__ p) {
+  static_assert(B == 1 || B == 2 || B == 4 || B == 8 || B == 16, "vector loads move 1, 2, 4, 8 or 16 bytes");
+  Words<B> r;
+  if constexpr (B == 16) {
+    const uint4 t = __ldg(reinterpret_cast<const uint4*>(p));
+    r.w[0] = t.x; r.w[1] = t.y; r.w[2] = t.z; r.w[3] = t.w;
+  } else if constexpr (B == 8) {
+    const uint2 t = __ldg(reinterpret_cast<const uint2*>(p));
+    r.w[0] = t.x; r.w[1] = t.y;
+  } else if constexpr (B == 4) {
+    r.w[0] = __ldg(reinterpret_cast<const unsigned*>(p));
+  } else if constexpr (B == 2) {
+    r.w[0] = __ldg(reinterpret_cast<const unsigned short*>(p));
+  } else {
+    r.w[0] = __ldg(reinterpret_cast<const unsigned char*>(p));
+  }
+  return r;
+}
+
+// STREAM: evict-first stores for outputs this kernel never reads again.
+template <int B, bool STREAM>
+__device__ __forceinline__ void store_words(void* __restrict__ p, const Words<B>& r) {
+  static_assert(B == 1 || B == 2 || B == 4 || B == 8 || B == 16, "vector stores move 1, 2, 4, 8 or 16 bytes");
+  if constexpr (B == 16) {
+    const uint4 t = make_uint4(r.w[0], r.w[1], r.w[2], r.w[3]);
+    if constexpr (STREAM) __stcs(reinterpret_cast<uint4*>(p), t); else *reinterpret_cast<uint4*>(p) = t;
+  } else if constexpr (B == 8) {
+    const uint2 t = make_uint2(r.w[0], r.w[1]);
+    if constexpr (STREAM) __stcs(reinterpret_cast<uint2*>(p), t); else *reinterpret_cast<uint2*>(p) = t;
+  } else if constexpr (B == 4) {
+    if constexpr (STREAM) __stcs(reinterpret_cast<unsigned*>(p), r.w[0]); else *reinterpret_cast<unsigned*>(p) = r.w[0];
+  } else if constexpr (B == 2) {
+    *reinterpret_cast<unsigned short*>(p) = static_cast<unsigned short>(r.w[0]);
+  } else {
+    *reinterpret_cast<unsigned char*>(p) = static_cast<unsigned char>(r.w[0]);
+  }
+}
+
+// Element e (S bytes wide) of packed words.
+template <int S, int B>
+__device__ __forceinline__ unsigned extract(const Words<B>& r, int e) {
+  if constexpr (S == 4) {
+    return r.w[e];
+  } else {
+    return (r.w[(e * S) / 4] >> (((e * S) % 4) * 8)) & ((1u << (8 * S)) - 1u);
+  }
+}
+
+// N elements of T at p (N * sizeof(T) bytes, that many aligned) as floats.
+template <typename T, int N>
+__device__ __forceinline__ void load(const T* __restrict__ p, float (&out)[N]) {
+  constexpr int B = N * static_cast<int>(sizeof(T));
+  const Words<B> r = load_words<B>(p);
+#pragma unroll
+  for (int e = 0; e < N; ++e) out[e] = to_float(of_bits<T>(extract<static_cast<int>(sizeof(T))>(r, e)));
+}
+
+// N elements of S bytes each (their bits in v) stored at p in pieces of at most 16 bytes (p aligned to them).
+template <int S, int N, bool STREAM>
+__device__ __forceinline__ void store_bits(void* __restrict__ p, const unsigned (&v)[N]) {
+  constexpr int B = N * S;
+  constexpr int PIECE = B < 16 ? B : 16;
+  constexpr int PER = PIECE / S;
+  static_assert(B % PIECE == 0 && PER >= 1, "whole pieces");
+#pragma unroll
+  for (int c = 0; c < B / PIECE; ++c) {
+    Words<PIECE> r;
+#pragma unroll
+    for (int i = 0; i < (PIECE >= 4 ? PIECE / 4 : 1); ++i) r.w[i] = 0u;
+#pragma unroll
+    for (int e = 0; e < PER; ++e) {
+      if constexpr (S == 4) {
+        r.w[e] = v[c * PER + e];
+      } else {
+        r.w[(e * S) / 4] |= v[c * PER + e] << (((e * S) % 4) * 8);
+      }
+    }
+    store_words<PIECE, STREAM>(static_cast<char*>(p) + c * PIECE, r);
+  }
+}
+
+// N floats stored as N elements of T.
+template <typename T, int N, bool STREAM>
+__device__ __forceinline__ void store(T* __restrict__ p, const float (&v)[N]) {
+  unsigned b[N];
+#pragma unroll
+  for (int e = 0; e < N; ++e) b[e] = bits_of(from_float<T>(v[e]));
+  store_bits<static_cast<int>(sizeof(T)), N, STREAM>(p, b);
+}
+
+__host__ __device__ constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+}  // namespace pool
 
 namespace {
 
-constexpr int C = 64, H = 2048, W = 2048, HO = 186, WO = 186;
-constexpr int KH = 11, KW = 11, SH = 11, SW = 11, PH = 0, PW = 0;
+using T = float;
+using OffT = uint8_t;  // saved in-window argmax offset (max pooling)
+
+constexpr int D = 1, H = 2048, W = 2048, DO = 1, HO = 186, WO = 186;
+constexpr int KD = 1, KH = 11, KW = 11;  // window (adaptive: the widest bin)
+constexpr int SD = 1, SH = 11, SW = 11, PD = 0, PH = 0, PW = 0;
+constexpr int DD = 1, DH = 1, DW = 1;
+constexpr int EKD = (KD - 1) * DD + 1, EKH = (KH - 1) * DH + 1, EKW = (KW - 1) * DW + 1;  // effective window
+constexpr int64_t IN_PLANE = static_cast<int64_t>(D) * H * W, OUT_PLANE = static_cast<int64_t>(DO) * HO * WO;
 constexpr bool COUNT_INCLUDE_PAD = true;
 constexpr int DIVISOR_OVERRIDE = 0;  // 0: none
-constexpr int VEC = 4;  // floats per global access (W % VEC == 0)
+constexpr int THREADS = 256;
+constexpr int FWD_MIN_BLOCKS = 1, BWD_MIN_BLOCKS = 4;  // per SM: register caps
+static_assert(IN_PLANE < (1LL << 31) && OUT_PLANE < (1LL << 31), "one plane is indexed with int");
 
-// Forward tile: F_ROWS output rows x F_COLS output columns of one (n, c) plane.
+__device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
+
+// Index of the first tap at or after 0 of a window starting at `start` with taps `dil` apart (PyTorch steps its
+// start past the padding this way; the first in-bounds element is max pooling's initial argmax).
+__host__ __device__ constexpr int first_tap(int start, int dil) { return start < 0 ? (-start + dil - 1) / dil : 0; }
+
+// PyTorch's divisor for window (od, oh, ow); 0 when the window holds no input element (its output is 0).
+// CONST_DIVISOR: the divisor when it is the same for every window (derived by kgen), else 0.
+constexpr int CONST_DIVISOR = 121;
+__device__ __forceinline__ int window_divisor(int od, int oh, int ow) {
+  if constexpr (CONST_DIVISOR != 0) return CONST_DIVISOR;
+  int ds = od * SD - PD, hs = oh * SH - PH, ws = ow * SW - PW;
+  int de = kgen::imin(ds + KD, D + PD), he = kgen::imin(hs + KH, H + PH), we = kgen::imin(ws + KW, W + PW);
+  const int pool_size = (de - ds) * (he - hs) * (we - ws);
+  ds = kgen::imax(ds, 0); hs = kgen::imax(hs, 0); ws = kgen::imax(ws, 0);
+  de = kgen::imin(de, D); he = kgen::imin(he, H); we = kgen::imin(we, W);
+  if (ds >= de || hs >= he || ws >= we) return 0;
+  if (DIVISOR_OVERRIDE != 0) return DIVISOR_OVERRIDE;
+  return COUNT_INCLUDE_PAD ? pool_size : (de - ds) * (he - hs) * (we - ws);
+}
+
+// ---------------------------------------------------------------------------------------------- forward (colsum)
+// The tuned AvgPool2d design: a tile is F_ROWS output rows x F_COLS output columns of one (n, c) plane. Stage 1:
+// each thread sums VEC adjacent input columns down the window rows of every output row (all loads in flight) into
+// shared memory. Stage 2: each output adds its KW column sums and divides by PyTorch's divisor.
+static_assert(D == 1 && DO == 1 && KD == 1, "2-d only");
+constexpr int VEC = 4;  // elements per 16-byte (or narrower) access; W % VEC == 0
 constexpr int F_ROWS = 1, F_COLS = 186, F_THREADS = 512;
 constexpr int F_ROW_TILES = (HO + F_ROWS - 1) / F_ROWS, F_COL_TILES = (WO + F_COLS - 1) / F_COLS;
 constexpr int F_IN_ROWS = (F_ROWS - 1) * SH + KH;            // input rows one tile reads
 constexpr int F_SPAN = 2052;                          // colsum row length (>= input columns of a tile)
-// Backward tile: B_ROWS input rows x B_COLS input columns; each input element gathers its windows' gradients.
-constexpr int B_ROWS = 8, B_COLS = 2048, B_THREADS = 512;
-constexpr int B_ROW_TILES = (H + B_ROWS - 1) / B_ROWS, B_COL_TILES = (W + B_COLS - 1) / B_COLS;
-constexpr int B_GW = (B_COLS + KW - 2) / SW + 2;              // output columns touching one tile's columns
-constexpr int NCAND_H = (KH + SH - 1) / SH, NCAND_W = (KW + SW - 1) / SW;  // windows covering one row / column
-
+static_assert(F_IN_ROWS == 11, "rows per tile");
 static_assert(W % VEC == 0, "vector width must divide W");
-static_assert(B_COLS % VEC == 0, "vector width must divide the backward tile");
+static_assert(F_SPAN % VEC == 0 && F_ROWS * F_SPAN <= 12 * 1024, "colsum fits 48 KB of shared memory");
 
-// PyTorch's divisor for window (oh, ow); 0 when the window holds no input element (its output is 0).
-__device__ __forceinline__ int window_divisor(int oh, int ow) {
-  int hs = oh * SH - PH, ws = ow * SW - PW;
-  int he = kgen::imin(hs + KH, H + PH), we = kgen::imin(ws + KW, W + PW);
-  const int pool_size = (he - hs) * (we - ws);
-  hs = kgen::imax(hs, 0); ws = kgen::imax(ws, 0);
-  he = kgen::imin(he, H); we = kgen::imin(we, W);
-  if (hs >= he || ws >= we) return 0;
-  if (DIVISOR_OVERRIDE != 0) return DIVISOR_OVERRIDE;
-  return COUNT_INCLUDE_PAD ? pool_size : (he - hs) * (we - ws);
-}
-
-// Pass 2 of the forward: each output of the tile adds its KW column sums from shared memory and divides by
-// PyTorch's divisor. colsum[r][c] holds input column ca + c summed over the window rows of output row oh0 + r.
-__device__ __forceinline__ void finish_tile(const float* __restrict__ colsum, float* __restrict__ y, int64_t plane,
+__device__ __forceinline__ void finish_tile(const float* __restrict__ colsum, T* __restrict__ y, int64_t plane,
                                             int oh0, int ow0, int ca) {
   for (int i = threadIdx.x; i < F_ROWS * F_COLS; i += F_THREADS) {
     const int r = i / F_COLS, oh = oh0 + r, ow = ow0 + i % F_COLS;
@@ -301,46 +630,48 @@ __device__ __forceinline__ void finish_tile(const float* __restrict__ colsum, fl
         const int iw = w0 + kx;
         if (iw >= 0 && iw < W) s += colsum[r * F_SPAN + (iw - ca)];
       }
-      const int div = window_divisor(oh, ow);
-      y[(plane * HO + oh) * WO + ow] = div ? s / static_cast<float>(div) : 0.f;
+      const int div = window_divisor(0, oh, ow);
+      y[(plane * HO + oh) * WO + ow] = pool::from_float<T>(div ? s / static_cast<float>(div) : 0.f);
     }
   }
 }
 
-// Pass 1 for one VEC-column chunk: add input row j of the tile into every output row whose window holds it.
-__device__ __forceinline__ void accumulate(float (&acc)[F_ROWS][VEC], const kgen::Vec<VEC>& v, int j) {
+// Adds input row j of the tile into every output row whose window holds it.
+__device__ __forceinline__ void accumulate(float (&acc)[F_ROWS][VEC], const float (&v)[VEC], int j) {
 #pragma unroll
   for (int r = 0; r < F_ROWS; ++r) {
     if (j >= r * SH && j < r * SH + KH) {
 #pragma unroll
-      for (int e = 0; e < VEC; ++e) acc[r][e] += v.v[e];
+      for (int e = 0; e < VEC; ++e) acc[r][e] += v[e];
     }
   }
 }
 
 // Persistent forward (a row tile spans the whole width and one vector chunk per thread): each thread owns the same
-// VEC input columns of every tile and keeps the NEXT tile's F_IN_ROWS 16-byte loads in flight in registers while
-// the block finishes the current tile, so memory never idles between tiles.
-__global__ void __launch_bounds__(F_THREADS) kgen_avg_pool2d_c48d4bec_fwd(const float* __restrict__ x, float* __restrict__ y,
+// VEC input columns of every tile and keeps the NEXT tile's F_IN_ROWS loads in flight in registers while the block
+// finishes the current tile, so memory never idles between tiles.
+template <bool WY, bool WI, bool WS>
+__global__ void __launch_bounds__(F_THREADS, 1) kgen_pool_70f5cc82_fwd(const T* __restrict__ x, T* __restrict__ y,
+                                                            int64_t* __restrict__ idx, OffT* __restrict__ off,
                                                             int64_t tiles) {
   __shared__ float colsum[F_ROWS * F_SPAN];
   constexpr int CA = kgen::floor_div(-PW, VEC) * VEC;
   constexpr int C_HI = kgen::imin((WO - 1) * SW - PW + KW, W);
   const int col = kgen::imax(CA, 0) + threadIdx.x * VEC;
   const bool active = col < C_HI;
-  kgen::Vec<VEC> v[F_IN_ROWS];
+  float v[F_IN_ROWS][VEC];
   auto fetch = [&](int64_t tile) {
     const int64_t plane = tile / F_ROW_TILES;
     const int ih0 = static_cast<int>(tile % F_ROW_TILES) * F_ROWS * SH - PH;
-    const float* __restrict__ xp = x + plane * (static_cast<int64_t>(H) * W) + col;
+    const T* __restrict__ xp = x + plane * IN_PLANE + col;
 #pragma unroll
     for (int j = 0; j < F_IN_ROWS; ++j) {
       const int ih = ih0 + j;
       if (active && ih >= 0 && ih < H) {
-        v[j] = kgen::load<VEC>(xp + static_cast<int64_t>(ih) * W);
+        pool::load<T, VEC>(xp + static_cast<int64_t>(ih) * W, v[j]);
       } else {
 #pragma unroll
-        for (int e = 0; e < VEC; ++e) v[j].v[e] = 0.f;
+        for (int e = 0; e < VEC; ++e) v[j][e] = 0.f;
       }
     }
   };
@@ -367,11 +698,21 @@ __global__ void __launch_bounds__(F_THREADS) kgen_avg_pool2d_c48d4bec_fwd(const 
   }
 }
 
-// One block per tile of input rows x columns (grid-stride). Pass 1: for each tile row, gh[ow] = sum over the
-// windows (oh, ow) covering that row of grad_y / divisor. Pass 2: grad_x[ih, iw] = sum of gh over the windows
+// ---------------------------------------------------------------------------------------------- backward (colsum)
+// One block per tile of input rows x columns (grid-stride). Stage 1: for each tile row, gh[ow] = sum over the
+// windows (oh, ow) covering that row of grad_y / divisor. Stage 2: grad_x[ih, iw] = sum of gh over the windows
 // covering column iw; every element of grad_x is written (0 where no window reaches), with streaming stores.
-__global__ void __launch_bounds__(B_THREADS) kgen_avg_pool2d_c48d4bec_bwd(const float* __restrict__ gy, float* __restrict__ gx,
-                                                            int64_t tiles) {
+constexpr int B_VEC = 4;
+constexpr int B_ROWS = 8, B_COLS = 2048, B_THREADS = 512;
+constexpr int B_ROW_TILES = (H + B_ROWS - 1) / B_ROWS, B_COL_TILES = (W + B_COLS - 1) / B_COLS;
+constexpr int B_GW = (B_COLS + KW - 2) / SW + 2;              // output columns touching one tile's columns
+constexpr int NCAND_H = (KH + SH - 1) / SH, NCAND_W = (KW + SW - 1) / SW;  // windows covering one row / column
+static_assert(B_COLS % B_VEC == 0 && W % B_VEC == 0, "vector width must divide the backward tile");
+static_assert(B_ROWS * B_GW <= 12 * 1024, "gh fits 48 KB of shared memory");
+
+template <bool BCAST>  // BCAST: grad_y is one value broadcast over the output (every stride 0)
+__global__ void __launch_bounds__(B_THREADS, 1024 / B_THREADS) kgen_pool_70f5cc82_bwd(const T* __restrict__ gy, const OffT* __restrict__ off,
+                                                            T* __restrict__ gx, int64_t tiles) {
   __shared__ float gh[B_ROWS * B_GW];
   for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
     const int64_t plane = tile / (B_ROW_TILES * B_COL_TILES);
@@ -380,7 +721,7 @@ __global__ void __launch_bounds__(B_THREADS) kgen_avg_pool2d_c48d4bec_bwd(const 
     const int a = c0 + PW - KW + 1;
     const int ow_lo = a <= 0 ? 0 : (a + SW - 1) / SW;
     const int ow_hi = kgen::imin(WO - 1, (c0 + B_COLS - 1 + PW) / SW);
-    const float* __restrict__ gyp = gy + plane * (static_cast<int64_t>(HO) * WO);
+    const T* __restrict__ gyp = gy + (BCAST ? 0 : plane * OUT_PLANE);
     for (int i = threadIdx.x; i < B_ROWS * B_GW; i += B_THREADS) {
       const int rr = i / B_GW, ow = ow_lo + i % B_GW, ih = ih0 + rr;
       float s = 0.f;
@@ -390,21 +731,21 @@ __global__ void __launch_bounds__(B_THREADS) kgen_avg_pool2d_c48d4bec_bwd(const 
         for (int c = 0; c < NCAND_H; ++c) {
           const int oh = oh_hi - c;
           if (oh >= 0 && oh * SH - PH + KH > ih) {
-            const int div = window_divisor(oh, ow);
-            if (div) s += gyp[static_cast<int64_t>(oh) * WO + ow] / static_cast<float>(div);
+            const int div = window_divisor(0, oh, ow);
+            if (div) s += pool::to_float(gyp[BCAST ? 0 : static_cast<int64_t>(oh) * WO + ow]) / static_cast<float>(div);
           }
         }
       }
       gh[i] = s;
     }
     __syncthreads();
-    float* __restrict__ gxp = gx + plane * (static_cast<int64_t>(H) * W);
-    for (int i = threadIdx.x; i < B_ROWS * (B_COLS / VEC); i += B_THREADS) {
-      const int rr = i / (B_COLS / VEC), ih = ih0 + rr, col = c0 + (i % (B_COLS / VEC)) * VEC;
+    T* __restrict__ gxp = gx + plane * IN_PLANE;
+    for (int i = threadIdx.x; i < B_ROWS * (B_COLS / B_VEC); i += B_THREADS) {
+      const int rr = i / (B_COLS / B_VEC), ih = ih0 + rr, col = c0 + (i % (B_COLS / B_VEC)) * B_VEC;
       if (ih < H && col < W) {
-        kgen::Vec<VEC> out;
+        float out[B_VEC];
 #pragma unroll
-        for (int e = 0; e < VEC; ++e) {
+        for (int e = 0; e < B_VEC; ++e) {
           const int iw = col + e;
           const int ow_top = kgen::imin(WO - 1, (iw + PW) / SW);
           float s = 0.f;
@@ -413,9 +754,9 @@ __global__ void __launch_bounds__(B_THREADS) kgen_avg_pool2d_c48d4bec_bwd(const 
             const int ow = ow_top - c;
             if (ow >= 0 && ow * SW - PW + KW > iw) s += gh[rr * B_GW + (ow - ow_lo)];
           }
-          out.v[e] = s;
+          out[e] = s;
         }
-        kgen::store_stream<VEC>(gxp + static_cast<int64_t>(ih) * W + col, out);
+        pool::store<T, B_VEC, true>(gxp + static_cast<int64_t>(ih) * W + col, out);
       }
     }
     __syncthreads();
@@ -424,37 +765,86 @@ __global__ void __launch_bounds__(B_THREADS) kgen_avg_pool2d_c48d4bec_bwd(const 
 
 }  // namespace
 
-extern "C" cudaError_t kgen_avg_pool2d_c48d4bec_forward(const float* x, float* y, int64_t n, cudaStream_t stream) {
-  if (n == 0) return cudaSuccess;
-  const int64_t tiles = n * C * F_ROW_TILES * F_COL_TILES;
-  const int64_t resident = kgen::resident_blocks(kgen_avg_pool2d_c48d4bec_fwd, F_THREADS);
+// Forward: writes y, int64 indices and saved argmax offsets where their pointers are non-null (the combinations
+// the binding asks for). planes = N * C (C for unbatched input).
+extern "C" cudaError_t kgen_pool_70f5cc82_forward(const void* x, void* y, int64_t* indices, void* offsets, int64_t planes,
+                                          cudaStream_t stream) {
+  if (planes == 0) return cudaSuccess;
+  const T* xt = static_cast<const T*>(x);
+  T* yt = static_cast<T*>(y);
+  OffT* ot = static_cast<OffT*>(offsets);
+  const int64_t tiles = planes * F_ROW_TILES * F_COL_TILES;
+  static std::atomic<int64_t> resident_cache[kgen::kMaxDevices];
+  void (*kernel)(const T*, T*, int64_t*, OffT*, int64_t) = kgen_pool_70f5cc82_fwd<true, false, false>;
+  const int64_t resident = kgen::resident_blocks(kernel, F_THREADS, 0, resident_cache);
   if (resident <= 0) return cudaErrorInvalidConfiguration;
-  kgen_avg_pool2d_c48d4bec_fwd<<<kgen::grid_for(tiles < resident ? tiles : resident), F_THREADS, 0, stream>>>(x, y, tiles);
-  return cudaGetLastError();
+  const unsigned grid = kgen::grid_for(tiles < resident ? tiles : resident);
+  constexpr int block = F_THREADS;
+  const int64_t work = tiles;
+  if (y && !indices && !offsets) {
+    kgen_pool_70f5cc82_fwd<true, false, false><<<grid, block, 0, stream>>>(xt, yt, indices, ot, work);
+    return cudaGetLastError();
+  }
+  return cudaErrorInvalidValue;
 }
 
-extern "C" cudaError_t kgen_avg_pool2d_c48d4bec_backward(const float* grad_y, float* grad_x, int64_t n, cudaStream_t stream) {
-  if (n == 0) return cudaSuccess;
-  const int64_t tiles = n * C * B_ROW_TILES * B_COL_TILES;
-  kgen_avg_pool2d_c48d4bec_bwd<<<kgen::grid_for(tiles), B_THREADS, 0, stream>>>(grad_y, grad_x, tiles);
+// Backward: grad_x from grad_y (grad_y_bcast: one value broadcast over the output) and, for max pooling, the saved
+// argmax offsets.
+extern "C" cudaError_t kgen_pool_70f5cc82_backward(const void* grad_y, int grad_y_bcast, const void* offsets, void* grad_x,
+                                           int64_t planes, cudaStream_t stream) {
+  if (planes == 0) return cudaSuccess;
+  const T* gyt = static_cast<const T*>(grad_y);
+  const OffT* ot = static_cast<const OffT*>(offsets);
+  T* gxt = static_cast<T*>(grad_x);
+  const int64_t work = planes * B_ROW_TILES * B_COL_TILES;
+  const unsigned grid = kgen::grid_for(work);
+  constexpr int block = B_THREADS;
+  if (grad_y_bcast) {
+    kgen_pool_70f5cc82_bwd<true><<<grid, block, 0, stream>>>(gyt, ot, gxt, work);
+  } else {
+    kgen_pool_70f5cc82_bwd<false><<<grid, block, 0, stream>>>(gyt, ot, gxt, work);
+  }
   return cudaGetLastError();
 }
 '''
-KGEN_CPP_SOURCE = r'''// kgen_avg_pool2d_c48d4bec: torch glue for the AvgPool2d kernels in kernel.cu (ops under torch.ops.kgen_avg_pool2d_c48d4bec).
+KGEN_CPP_SOURCE = r'''// kgen_pool_70f5cc82: torch glue for the avg pooling kernels in kernel.cu (ops under torch.ops.kgen_pool_70f5cc82).
+// forward(x) returns the pooled values;. Autograd is registered here, in C++ (the Autograd key).
 // kgen fixed C++ glue helpers (pulled into each rendered binding by Jinja include).
-// Light headers only: torch/library.h and ATen/core, not torch/extension.h.
+// Light headers only: torch/library.h, ATen/core, the autograd Function header and torch's pybind casters, not
+// torch/extension.h.
+//
+// Autograd lives here, in C++, so a training step costs no Python beyond the module's forward call. The pattern
+// each family's binding follows (as torchvision's ops do):
+//   TORCH_LIBRARY(ns, m)                 defines "forward(...)" and "backward(...)"
+//   TORCH_LIBRARY_IMPL(ns, CUDA, m)      the kernels' launchers (also registered for CPU, to reject CPU tensors)
+//   struct XFunction : torch::autograd::Function<XFunction>
+//       forward():  at::AutoDispatchBelowADInplaceOrView guard; calls the "forward" op through the dispatcher
+//                   (kgen_glue::typed_op), saves what backward needs
+//       backward(): calls the "backward" op through the dispatcher (so torch.compile can trace it)
+//   TORCH_LIBRARY_IMPL(ns, Autograd, m)  "forward" -> XFunction::apply
+//   PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)  m.def("forward", ...): Python's fast path (no dispatcher argument
+//                                        boxing): XFunction::apply when a gradient is needed
+//                                        (kgen_glue::needs_grad), else the CUDA implementation directly;
+//                                        torch.compile traces the op instead
+// Python registers only fake (meta) kernels, for torch.compile.
 #include <torch/library.h>
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/utils/pybind.h>
 #include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime.h>
 
+#include <initializer_list>
 #include <string>
-#include <vector>
 
 namespace kgen_glue {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
 
 inline std::string shape_str(c10::IntArrayRef s) {
   std::string out = "[";
@@ -462,24 +852,68 @@ inline std::string shape_str(c10::IntArrayRef s) {
   return out + "]";
 }
 
-// Checks one float32 CUDA input against the specialization: expected[i] < 0 means "any size" (the batch).
-// Returns a contiguous tensor (non-contiguous and channels_last inputs are copied to NCHW-contiguous).
-inline at::Tensor check_input(const at::Tensor& t, const char* what, const std::vector<int64_t>& expected,
-                              const char* problem) {
+inline std::string want_str(std::initializer_list<int64_t> expected) {
   std::string want = "[";
-  for (size_t i = 0; i < expected.size(); ++i)
-    want += (i ? ", " : "") + (expected[i] < 0 ? std::string("N") : std::to_string(expected[i]));
-  want += "]";
-  TORCH_CHECK(t.defined(), "kgen ", problem, ": ", what, " is undefined; pass a float32 CUDA tensor of shape ", want);
+  size_t i = 0;
+  for (int64_t e : expected) want += (i++ ? ", " : "") + (e < 0 ? std::string("N") : std::to_string(e));
+  return want + "]";
+}
+
+// PyTorch's name of a dtype ("float32", "float16", "bfloat16", ...), as users write it.
+inline const char* dtype_name(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return "float32";
+    case at::kHalf: return "float16";
+    case at::kBFloat16: return "bfloat16";
+    case at::kDouble: return "float64";
+    case at::kInt: return "int32";
+    case at::kLong: return "int64";
+    default: return c10::toString(t);
+  }
+}
+
+// Does autograd have to record this call? (grad mode on and some input requires grad)
+inline bool needs_grad(std::initializer_list<c10::optional<at::Tensor>> inputs) {
+  if (!at::GradMode::is_enabled()) return false;
+  for (const auto& t : inputs)
+    if (t.has_value() && t->defined() && t->requires_grad()) return true;
+  return false;
+}
+
+// The operator `qualified` ("ns::name") of signature Sig, looked up once per call site.
+template <typename Sig>
+inline c10::TypedOperatorHandle<Sig> typed_op(const char* qualified) {
+  return c10::Dispatcher::singleton().findSchemaOrThrow(qualified, "").template typed<Sig>();
+}
+
+// Checks one CUDA input against the specialization: expected[i] < 0 means "any size" (the batch). Returns a
+// contiguous tensor (non-contiguous and channels_last inputs are copied to contiguous). Messages are built only on
+// failure, so the check costs nanoseconds per call.
+inline at::Tensor check_input(const at::Tensor& t, const char* what, std::initializer_list<int64_t> expected,
+                              at::ScalarType dtype, const char* problem) {
+  TORCH_CHECK(t.defined(), "kgen ", problem, ": ", what, " is undefined; give a ", dtype_name(dtype),
+              " CUDA tensor of shape ", want_str(expected));
   TORCH_CHECK(t.is_cuda(), "kgen ", problem, ": ", what, " must be a CUDA tensor, got device ", t.device().str(),
               "; move it with .cuda()");
-  TORCH_CHECK(t.scalar_type() == at::kFloat, "kgen ", problem, ": ", what, " must be float32, got ",
-              c10::toString(t.scalar_type()), "; convert with .float()");
+  TORCH_CHECK(t.scalar_type() == dtype, "kgen ", problem, ": ", what, " must be ", dtype_name(dtype), ", got ",
+              dtype_name(t.scalar_type()), "; convert it with .to(torch.", dtype_name(dtype),
+              ") or regenerate from a problem file with this dtype");
   bool ok = t.dim() == static_cast<int64_t>(expected.size());
-  for (size_t i = 0; ok && i < expected.size(); ++i) ok = expected[i] < 0 || t.size(i) == expected[i];
-  TORCH_CHECK(ok, "kgen ", problem, ": ", what, " has shape ", shape_str(t.sizes()), " but this module was generated for ",
-              want, " (N: any batch size); regenerate with `kgen generate` for a problem file with this shape");
-  return t.contiguous();
+  int64_t i = 0;
+  for (int64_t e : expected) {
+    if (!ok) break;
+    ok = e < 0 || t.size(i) == e;
+    ++i;
+  }
+  TORCH_CHECK(ok, "kgen ", problem, ": ", what, " has shape ", shape_str(t.sizes()),
+              " but this module was generated for ", want_str(expected),
+              " (N: any batch size); regenerate with `kgen generate` for a problem file with this shape");
+  return t.is_contiguous() ? t : t.contiguous();
+}
+
+inline at::Tensor check_input(const at::Tensor& t, const char* what, std::initializer_list<int64_t> expected,
+                              const char* problem) {
+  return check_input(t, what, expected, at::kFloat, problem);
 }
 
 inline void check_launch(cudaError_t err, const char* kernel, const char* problem) {
@@ -494,46 +928,140 @@ inline void check_same_device(const at::Tensor& a, const at::Tensor& b, const ch
 
 }  // namespace kgen_glue
 
-extern "C" cudaError_t kgen_avg_pool2d_c48d4bec_forward(const float* x, float* y, int64_t n, cudaStream_t stream);
-extern "C" cudaError_t kgen_avg_pool2d_c48d4bec_backward(const float* grad_y, float* grad_x, int64_t n, cudaStream_t stream);
+#include <cstdint>
+#include <tuple>
+
+extern "C" cudaError_t kgen_pool_70f5cc82_forward(const void* x, void* y, int64_t* indices, void* offsets, int64_t planes,
+                                          cudaStream_t stream);
+extern "C" cudaError_t kgen_pool_70f5cc82_backward(const void* grad_y, int grad_y_bcast, const void* offsets, void* grad_x,
+                                           int64_t planes, cudaStream_t stream);
 
 namespace {
 
 constexpr const char* kProblem = "avg_pool2d";
+constexpr at::ScalarType kDtype = at::kFloat;
 
-at::Tensor forward(const at::Tensor& x_in) {
-  const at::Tensor x = kgen_glue::check_input(x_in, "input x", {-1, 64, 2048, 2048}, kProblem);
+struct Outputs {
+  at::Tensor y, indices, offsets;
+};
+
+// Runs the forward kernel, writing the requested outputs.
+Outputs run_forward(const at::Tensor& x_in, bool values, bool indices, bool offsets) {
+  at::Tensor x = kgen_glue::check_input(x_in, "input x", {-1, 64, 2048, 2048}, kDtype, kProblem);
+  if (reinterpret_cast<uintptr_t>(x.const_data_ptr()) % 16 != 0) x = x.clone();  // vector loads need 16-byte alignment
   const c10::cuda::CUDAGuard guard(x.device());
-  at::Tensor y = at::empty({x.size(0), 64, 186, 186}, x.options());
-  kgen_glue::check_launch(kgen_avg_pool2d_c48d4bec_forward(x.data_ptr<float>(), y.data_ptr<float>(), x.size(0),
-                                             c10::cuda::getCurrentCUDAStream().stream()), "avg_pool2d forward", kProblem);
-  return y;
+  const int64_t n = x.size(0);
+  const int64_t planes = n * 64;
+  Outputs o;
+  if (values) o.y = at::empty({n, 64, 186, 186}, x.options());
+  if (indices) o.indices = at::empty({n, 64, 186, 186}, x.options().dtype(at::kLong));
+  kgen_glue::check_launch(kgen_pool_70f5cc82_forward(x.const_data_ptr(), values ? o.y.data_ptr() : nullptr,
+                                             indices ? o.indices.data_ptr<int64_t>() : nullptr,
+                                             offsets ? o.offsets.data_ptr() : nullptr, planes,
+                                             c10::cuda::getCurrentCUDAStream().stream()),
+                          "pool forward", kProblem);
+  return o;
+}
+
+at::Tensor forward(const at::Tensor& x) { return run_forward(x, true, false, false).y; }
+
+// grad_y that is one value broadcast over the output (every stride 0, as the gradient of y.sum() is): read in
+// place, never materialized.
+bool broadcast_scalar(const at::Tensor& t) {
+  if (!t.defined() || t.numel() <= 1) return false;
+  for (int64_t s : t.strides()) {
+    if (s != 0) return false;
+  }
+  return true;
+}
+
+// Checks a broadcast grad_y (device, dtype, shape) as check_input would, without the copy to contiguous.
+void check_broadcast(const at::Tensor& t) {
+  TORCH_CHECK(t.is_cuda(), "kgen ", kProblem, ": grad_y must be a CUDA tensor, got device ", t.device().str());
+  TORCH_CHECK(t.scalar_type() == kDtype, "kgen ", kProblem, ": grad_y must be ", kgen_glue::dtype_name(kDtype), ", got ",
+              kgen_glue::dtype_name(t.scalar_type()));
+  const std::initializer_list<int64_t> want = {-1, 64, 186, 186};
+  bool ok = t.dim() == static_cast<int64_t>(want.size());
+  int64_t i = 0;
+  for (int64_t e : want) {
+    if (!ok) break;
+    ok = e < 0 || t.size(i) == e;
+    ++i;
+  }
+  TORCH_CHECK(ok, "kgen ", kProblem, ": grad_y has shape ", kgen_glue::shape_str(t.sizes()), " but the output is ",
+              kgen_glue::want_str(want));
 }
 
 at::Tensor backward(const at::Tensor& grad_y_in) {
-  const at::Tensor grad_y = kgen_glue::check_input(grad_y_in, "grad_y", {-1, 64, 186, 186}, kProblem);
+  const bool bcast = broadcast_scalar(grad_y_in);
+  if (bcast) check_broadcast(grad_y_in);
+  const at::Tensor grad_y = bcast ? grad_y_in : kgen_glue::check_input(grad_y_in, "grad_y", {-1, 64, 186, 186}, kDtype, kProblem);
   const c10::cuda::CUDAGuard guard(grad_y.device());
-  at::Tensor grad_x = at::empty({grad_y.size(0), 64, 2048, 2048}, grad_y.options());
-  kgen_glue::check_launch(kgen_avg_pool2d_c48d4bec_backward(grad_y.data_ptr<float>(), grad_x.data_ptr<float>(), grad_y.size(0),
-                                              c10::cuda::getCurrentCUDAStream().stream()), "avg_pool2d backward", kProblem);
+  const int64_t n = grad_y.size(0);
+  const int64_t planes = n * 64;
+  at::Tensor grad_x = at::empty({n, 64, 2048, 2048}, grad_y.options().memory_format(at::MemoryFormat::Contiguous));
+  kgen_glue::check_launch(kgen_pool_70f5cc82_backward(grad_y.const_data_ptr(), bcast ? 1 : 0,
+                                              nullptr, grad_x.data_ptr(),
+                                              planes, c10::cuda::getCurrentCUDAStream().stream()),
+                          "pool backward", kProblem);
   return grad_x;
+}
+
+// Autograd in C++: forward runs below the Autograd key and saves nothing (an average pool's gradient needs only grad_y); backward calls the
+// backward op through the dispatcher (so torch.compile can trace it).
+struct PoolFunction : public torch::autograd::Function<PoolFunction> {
+  static at::Tensor forward(kgen_glue::AutogradContext* ctx, const at::Tensor& x) {
+    static const auto op = kgen_glue::typed_op<at::Tensor(const at::Tensor&)>("kgen_pool_70f5cc82::forward");
+    at::AutoDispatchBelowADInplaceOrView below;
+    return op.call(x);
+  }
+  static kgen_glue::variable_list backward(kgen_glue::AutogradContext* ctx, kgen_glue::variable_list grads) {
+    static const auto op = kgen_glue::typed_op<at::Tensor(const at::Tensor&)>("kgen_pool_70f5cc82::backward");
+    return {op.call(grads[0])};
+  }
+};
+
+at::Tensor forward_with_grad(const at::Tensor& x) {
+  return PoolFunction::apply(x);
+}
+
+// The Autograd-key kernel of forward: the autograd Function when a gradient is wanted, else the plain op (no
+// bookkeeping).
+at::Tensor forward_autograd(const at::Tensor& x) {
+  if (kgen_glue::needs_grad({x})) return forward_with_grad(x);
+  static const auto op = kgen_glue::typed_op<at::Tensor(const at::Tensor&)>("kgen_pool_70f5cc82::forward");
+  at::AutoDispatchBelowADInplaceOrView below;
+  return op.call(x);
+}
+
+// Python's fast path (no dispatcher argument boxing): the same autograd Function, else the CUDA implementation.
+at::Tensor forward_fast(const at::Tensor& x) {
+  if (kgen_glue::needs_grad({x})) return forward_with_grad(x);
+  return forward(x);
 }
 
 }  // namespace
 
-TORCH_LIBRARY(kgen_avg_pool2d_c48d4bec, m) {
+TORCH_LIBRARY(kgen_pool_70f5cc82, m) {
   m.def("forward(Tensor x) -> Tensor");
   m.def("backward(Tensor grad_y) -> Tensor");
 }
 
 // CPU inputs reach the same functions, which reject them with a message saying what to do.
-TORCH_LIBRARY_IMPL(kgen_avg_pool2d_c48d4bec, CUDA, m) {
+TORCH_LIBRARY_IMPL(kgen_pool_70f5cc82, CUDA, m) {
   m.impl("forward", &forward);
   m.impl("backward", &backward);
 }
-TORCH_LIBRARY_IMPL(kgen_avg_pool2d_c48d4bec, CPU, m) {
+TORCH_LIBRARY_IMPL(kgen_pool_70f5cc82, CPU, m) {
   m.impl("forward", &forward);
   m.impl("backward", &backward);
+}
+TORCH_LIBRARY_IMPL(kgen_pool_70f5cc82, Autograd, m) {
+  m.impl("forward", &forward_autograd);
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("forward", &forward_fast, "avg pooling forward with autograd (the fast path from Python)");
 }
 '''
 KGEN_INIT_ARGS = {'kernel_size': 11, 'stride': None, 'padding': 0}
@@ -541,18 +1069,40 @@ kgen_ops = None
 
 
 def kgen_load():
-    """Build or load the extension and register its fake and autograd kernels (once per process)."""
-    global kgen_ops
+    """Build or load the extension and register its fake kernels (once per process); bind the forward op."""
+    global kgen_ops, kgen_forward, kgen_fast
     if not torch.cuda.is_available():
         raise RuntimeError("kgen avg_pool2d: the generated kernels need a CUDA GPU and torch.cuda.is_available() is "
                            "False; run on a machine with an NVIDIA GPU and a CUDA build of torch")
-    kgen_load_extension(KGEN_NAMESPACE, KGEN_CUDA_SOURCE, KGEN_CPP_SOURCE)
+    extension = kgen_load_extension(KGEN_NAMESPACE, KGEN_CUDA_SOURCE, KGEN_CPP_SOURCE)
     state = kgen_loaded()
     if KGEN_NAMESPACE not in state.registered:
         kgen_register()
         state.registered.add(KGEN_NAMESPACE)
     kgen_ops = getattr(torch.ops, KGEN_NAMESPACE)
+    kgen_forward = kgen_ops.forward.default
+    kgen_fast = extension.forward
     return kgen_ops
+
+
+def kgen_forward(*args):
+    """Stands in for the forward op until the extension is loaded (first call without a GPU at construction)."""
+    kgen_load()
+    return kgen_forward(*args)
+
+
+def kgen_fast(*args):
+    """Stands in for the extension's direct forward until it is loaded."""
+    kgen_load()
+    return kgen_fast(*args)
+
+
+def kgen_call(*args):
+    """Forward through the extension's direct binding (the same C++ autograd function the op's Autograd kernel
+    runs, without the Python dispatcher's argument boxing); under torch.compile, through the op, which it traces."""
+    if torch.compiler.is_compiling():
+        return kgen_forward(*args)
+    return kgen_fast(*args)
 
 
 def kgen_check_init(got):
@@ -563,21 +1113,19 @@ def kgen_check_init(got):
 
 
 def kgen_register():
+    """Fake (meta) kernels for torch.compile; the kernels and autograd live in the extension."""
+
     def forward_fake(x):
-        return x.new_empty((x.shape[0], 64, 186, 186))
+        n = x.shape[0]
+        return x.new_empty((n, 64, 186, 186))
+
+    torch.library.register_fake("kgen_pool_70f5cc82::forward", forward_fake)
 
     def backward_fake(grad_y):
-        return grad_y.new_empty((grad_y.shape[0], 64, 2048, 2048))
+        n = grad_y.shape[0]
+        return grad_y.new_empty((n, 64, 2048, 2048))
 
-    def setup_context(ctx, inputs, output):
-        """The gradient of an average pool needs only grad_y: nothing to save."""
-
-    def backward(ctx, grad_y):
-        return torch.ops.kgen_avg_pool2d_c48d4bec.backward(grad_y)
-
-    torch.library.register_fake("kgen_avg_pool2d_c48d4bec::forward", forward_fake)
-    torch.library.register_fake("kgen_avg_pool2d_c48d4bec::backward", backward_fake)
-    torch.library.register_autograd("kgen_avg_pool2d_c48d4bec::forward", backward, setup_context=setup_context)
+    torch.library.register_fake("kgen_pool_70f5cc82::backward", backward_fake)
 
 
 class ModelNew(nn.Module):
@@ -590,9 +1138,7 @@ class ModelNew(nn.Module):
             kgen_load()
 
     def forward(self, x):
-        if kgen_ops is None:
-            kgen_load()
-        return torch.ops.kgen_avg_pool2d_c48d4bec.forward(x)
+        return kgen_call(x)
 
 
 if torch.cuda.is_available():
