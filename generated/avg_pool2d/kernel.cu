@@ -1,4 +1,4 @@
-// kgen_pool_70f5cc82: avg pooling (2-d, float32) forward and backward, specialized by kgen.
+// kgen_pool_a6bc5560: avg pooling (2-d, float32) forward and backward, specialized by kgen.
 // x [N, 64, 2048, 2048] -> y [N, 64, 186, 186]; computed as a 3-d pool over
 // (D, H, W) = (1, 2048, 2048) -> (1, 186, 186), window (1, 11, 11), stride (1, 11, 11),
 // padding (0, 0, 0), dilation (1, 1, 1); forward design: colsum, backward: colsum.
@@ -16,36 +16,6 @@ __host__ __device__ constexpr int floor_div(int a, int b) { return (a >= 0) ? a 
 __host__ __device__ constexpr int ceil_div_pos(int a, int b) { return (a + b - 1) / b; }
 __host__ __device__ constexpr int imin(int a, int b) { return a < b ? a : b; }
 __host__ __device__ constexpr int imax(int a, int b) { return a > b ? a : b; }
-
-// VEC consecutive floats moved as one access (16, 8 or 4 bytes); the address must be VEC*4-byte aligned.
-template <int VEC> struct Vec { float v[VEC]; };
-
-template <int VEC>
-__device__ __forceinline__ Vec<VEC> load(const float* __restrict__ p) {
-  Vec<VEC> r;
-  if constexpr (VEC == 4) {
-    const float4 t = __ldg(reinterpret_cast<const float4*>(p));
-    r.v[0] = t.x; r.v[1] = t.y; r.v[2] = t.z; r.v[3] = t.w;
-  } else if constexpr (VEC == 2) {
-    const float2 t = __ldg(reinterpret_cast<const float2*>(p));
-    r.v[0] = t.x; r.v[1] = t.y;
-  } else {
-    r.v[0] = __ldg(p);
-  }
-  return r;
-}
-
-// Streaming store (evict-first): outputs written once and not re-read by this kernel.
-template <int VEC>
-__device__ __forceinline__ void store_stream(float* __restrict__ p, const Vec<VEC>& r) {
-  if constexpr (VEC == 4) {
-    __stcs(reinterpret_cast<float4*>(p), make_float4(r.v[0], r.v[1], r.v[2], r.v[3]));
-  } else if constexpr (VEC == 2) {
-    __stcs(reinterpret_cast<float2*>(p), make_float2(r.v[0], r.v[1]));
-  } else {
-    __stcs(p, r.v[0]);
-  }
-}
 
 // Grid size for a grid-stride loop over `tiles` blocks of work.
 inline unsigned int grid_for(int64_t tiles) {
@@ -297,7 +267,7 @@ __device__ __forceinline__ void accumulate(float (&acc)[F_ROWS][VEC], const floa
 // VEC input columns of every tile and keeps the NEXT tile's F_IN_ROWS loads in flight in registers while the block
 // finishes the current tile, so memory never idles between tiles.
 template <bool WY, bool WI, bool WS>
-__global__ void __launch_bounds__(F_THREADS, 1) kgen_pool_70f5cc82_fwd(const T* __restrict__ x, T* __restrict__ y,
+__global__ void __launch_bounds__(F_THREADS, 1) kgen_pool_a6bc5560_fwd(const T* __restrict__ x, T* __restrict__ y,
                                                             int64_t* __restrict__ idx, OffT* __restrict__ off,
                                                             int64_t tiles) {
   __shared__ float colsum[F_ROWS * F_SPAN];
@@ -357,7 +327,7 @@ static_assert(B_COLS % B_VEC == 0 && W % B_VEC == 0, "vector width must divide t
 static_assert(B_ROWS * B_GW <= 12 * 1024, "gh fits 48 KB of shared memory");
 
 template <bool BCAST>  // BCAST: grad_y is one value broadcast over the output (every stride 0)
-__global__ void __launch_bounds__(B_THREADS, 1024 / B_THREADS) kgen_pool_70f5cc82_bwd(const T* __restrict__ gy, const OffT* __restrict__ off,
+__global__ void __launch_bounds__(B_THREADS, 1024 / B_THREADS) kgen_pool_a6bc5560_bwd(const T* __restrict__ gy, const OffT* __restrict__ off,
                                                             T* __restrict__ gx, int64_t tiles) {
   __shared__ float gh[B_ROWS * B_GW];
   for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
@@ -413,7 +383,7 @@ __global__ void __launch_bounds__(B_THREADS, 1024 / B_THREADS) kgen_pool_70f5cc8
 
 // Forward: writes y, int64 indices and saved argmax offsets where their pointers are non-null (the combinations
 // the binding asks for). planes = N * C (C for unbatched input).
-extern "C" cudaError_t kgen_pool_70f5cc82_forward(const void* x, void* y, int64_t* indices, void* offsets, int64_t planes,
+extern "C" cudaError_t kgen_pool_a6bc5560_forward(const void* x, void* y, int64_t* indices, void* offsets, int64_t planes,
                                           cudaStream_t stream) {
   if (planes == 0) return cudaSuccess;
   const T* xt = static_cast<const T*>(x);
@@ -421,14 +391,14 @@ extern "C" cudaError_t kgen_pool_70f5cc82_forward(const void* x, void* y, int64_
   OffT* ot = static_cast<OffT*>(offsets);
   const int64_t tiles = planes * F_ROW_TILES * F_COL_TILES;
   static std::atomic<int64_t> resident_cache[kgen::kMaxDevices];
-  void (*kernel)(const T*, T*, int64_t*, OffT*, int64_t) = kgen_pool_70f5cc82_fwd<true, false, false>;
+  void (*kernel)(const T*, T*, int64_t*, OffT*, int64_t) = kgen_pool_a6bc5560_fwd<true, false, false>;
   const int64_t resident = kgen::resident_blocks(kernel, F_THREADS, 0, resident_cache);
   if (resident <= 0) return cudaErrorInvalidConfiguration;
   const unsigned grid = kgen::grid_for(tiles < resident ? tiles : resident);
   constexpr int block = F_THREADS;
   const int64_t work = tiles;
   if (y && !indices && !offsets) {
-    kgen_pool_70f5cc82_fwd<true, false, false><<<grid, block, 0, stream>>>(xt, yt, indices, ot, work);
+    kgen_pool_a6bc5560_fwd<true, false, false><<<grid, block, 0, stream>>>(xt, yt, indices, ot, work);
     return cudaGetLastError();
   }
   return cudaErrorInvalidValue;
@@ -436,7 +406,7 @@ extern "C" cudaError_t kgen_pool_70f5cc82_forward(const void* x, void* y, int64_
 
 // Backward: grad_x from grad_y (grad_y_bcast: one value broadcast over the output) and, for max pooling, the saved
 // argmax offsets.
-extern "C" cudaError_t kgen_pool_70f5cc82_backward(const void* grad_y, int grad_y_bcast, const void* offsets, void* grad_x,
+extern "C" cudaError_t kgen_pool_a6bc5560_backward(const void* grad_y, int grad_y_bcast, const void* offsets, void* grad_x,
                                            int64_t planes, cudaStream_t stream) {
   if (planes == 0) return cudaSuccess;
   const T* gyt = static_cast<const T*>(grad_y);
@@ -446,9 +416,9 @@ extern "C" cudaError_t kgen_pool_70f5cc82_backward(const void* grad_y, int grad_
   const unsigned grid = kgen::grid_for(work);
   constexpr int block = B_THREADS;
   if (grad_y_bcast) {
-    kgen_pool_70f5cc82_bwd<true><<<grid, block, 0, stream>>>(gyt, ot, gxt, work);
+    kgen_pool_a6bc5560_bwd<true><<<grid, block, 0, stream>>>(gyt, ot, gxt, work);
   } else {
-    kgen_pool_70f5cc82_bwd<false><<<grid, block, 0, stream>>>(gyt, ot, gxt, work);
+    kgen_pool_a6bc5560_bwd<false><<<grid, block, 0, stream>>>(gyt, ot, gxt, work);
   }
   return cudaGetLastError();
 }

@@ -12,36 +12,6 @@ __host__ __device__ constexpr int ceil_div_pos(int a, int b) { return (a + b - 1
 __host__ __device__ constexpr int imin(int a, int b) { return a < b ? a : b; }
 __host__ __device__ constexpr int imax(int a, int b) { return a > b ? a : b; }
 
-// VEC consecutive floats moved as one access (16, 8 or 4 bytes); the address must be VEC*4-byte aligned.
-template <int VEC> struct Vec { float v[VEC]; };
-
-template <int VEC>
-__device__ __forceinline__ Vec<VEC> load(const float* __restrict__ p) {
-  Vec<VEC> r;
-  if constexpr (VEC == 4) {
-    const float4 t = __ldg(reinterpret_cast<const float4*>(p));
-    r.v[0] = t.x; r.v[1] = t.y; r.v[2] = t.z; r.v[3] = t.w;
-  } else if constexpr (VEC == 2) {
-    const float2 t = __ldg(reinterpret_cast<const float2*>(p));
-    r.v[0] = t.x; r.v[1] = t.y;
-  } else {
-    r.v[0] = __ldg(p);
-  }
-  return r;
-}
-
-// Streaming store (evict-first): outputs written once and not re-read by this kernel.
-template <int VEC>
-__device__ __forceinline__ void store_stream(float* __restrict__ p, const Vec<VEC>& r) {
-  if constexpr (VEC == 4) {
-    __stcs(reinterpret_cast<float4*>(p), make_float4(r.v[0], r.v[1], r.v[2], r.v[3]));
-  } else if constexpr (VEC == 2) {
-    __stcs(reinterpret_cast<float2*>(p), make_float2(r.v[0], r.v[1]));
-  } else {
-    __stcs(p, r.v[0]);
-  }
-}
-
 // Grid size for a grid-stride loop over `tiles` blocks of work.
 inline unsigned int grid_for(int64_t tiles) {
   const int64_t cap = 0x7fffffffLL;
