@@ -66,7 +66,25 @@ def first(y):
     return y[0] if isinstance(y, (tuple, list)) else y
 
 
+# atol = rtol by input dtype: KernelBench's tolerances (the tests read this table too).
 TOLERANCE = {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 1e-2}
+
+
+def forward_call(m, x):
+    """One timed forward: no autograd."""
+    def f():
+        with torch.no_grad():
+            m(x)
+    return f
+
+
+def training_step(m, xg):
+    """One timed training step: gradients for xg and every parameter of m."""
+    def f():
+        m.zero_grad(set_to_none=True)
+        xg.grad = None
+        first(m(xg)).sum().backward()
+    return f
 
 
 def copy_bandwidth_gbs(nbytes: int = 1 << 30) -> float:
@@ -115,34 +133,20 @@ def run(problem: Path, warmup: int = 5, reps: int = 20, with_compile: bool = Tru
     bw = copy_bandwidth_gbs()
     fwd_bytes, train_bytes = family.traffic(spec, n)
 
-    def fwd(m):
-        def f():
-            with torch.no_grad():
-                m(x)
-        return f
-
     xg = x.detach().requires_grad_(True)
-
-    def train(m):
-        def f():
-            m.zero_grad(set_to_none=True)
-            xg.grad = None
-            first(m(xg)).sum().backward()
-        return f
-
     providers = [("eager", model), ("kgen", new)]
     if with_compile:
         providers.insert(1, ("torch.compile", torch.compile(model)))
     rows = []
     for label, m in providers:
-        row = {"provider": label, "fwd_ms": cuda_time_ms(fwd(m), warmup, reps), "fwd_call_ms": float("nan"),
+        row = {"provider": label, "fwd_ms": cuda_time_ms(forward_call(m, x), warmup, reps), "fwd_call_ms": float("nan"),
                "train_call_ms": float("nan")}
         if per_call:
-            row["fwd_call_ms"] = per_call_ms(fwd(m), warmup, reps)
+            row["fwd_call_ms"] = per_call_ms(forward_call(m, x), warmup, reps)
         try:
-            row["train_ms"] = cuda_time_ms(train(m), warmup, reps)
+            row["train_ms"] = cuda_time_ms(training_step(m, xg), warmup, reps)
             if per_call:
-                row["train_call_ms"] = per_call_ms(train(m), warmup, reps)
+                row["train_call_ms"] = per_call_ms(training_step(m, xg), warmup, reps)
         except (RuntimeError, torch.OutOfMemoryError) as exc:  # eager backward fails on the 4.3 G-element avg_pool2d
             row["train_ms"] = float("nan")
             row["note"] = str(exc).strip().splitlines()[0][:80]

@@ -17,10 +17,12 @@ from typing import Callable
 
 import torch
 
+from kgen import bench
 from kgen.families import FAMILIES
+from tests.helpers import reference_and_new
 
-# (atol, rtol) by input dtype: KernelBench's tolerances.
-TOLERANCE = {torch.float32: (1e-4, 1e-4), torch.float16: (1e-2, 1e-2), torch.bfloat16: (1e-2, 1e-2)}
+# (atol, rtol) by input dtype: KernelBench's tolerances, from the one table kgen bench uses.
+TOLERANCE = {dtype: (tol, tol) for dtype, tol in bench.TOLERANCE.items()}
 
 
 @dataclass(frozen=True)
@@ -55,3 +57,14 @@ def random_problems(n: int, seed: int) -> list[tuple[str, str]]:
         rng = random.Random(f"{seed}:{fc.name}")
         out += [(fc.name, fc.random_problem(rng)) for _ in range(n)]
     return out
+
+
+def setup_problem(source: str, device: str = "cuda", seed: int = 0):
+    """(Model, ModelNew, input shape) on `device` with equal parameters, TF32 off for the reference."""
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    model, new, ns, user = reference_and_new(source, seed=seed)
+    with torch.device("meta"):
+        shape = tuple(user["get_inputs"]()[0].shape)
+    return model.to(device), new.to(device), shape
+

@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.families import all_families
-from tests.helpers import reference_and_new
+from tests.families import all_families, setup_problem
 
 # One small float32 problem per registered family (each family's tests/test_<name>.py exports HARDENING).
 FAMILY_PROBLEMS = {fc.name: fc.hardening for fc in all_families()}
@@ -20,11 +19,7 @@ FAMS = sorted(FAMILY_PROBLEMS)
 
 
 def setup(family, seed=0):
-    torch.backends.cudnn.allow_tf32 = False
-    model, new, ns, user = reference_and_new(FAMILY_PROBLEMS[family], seed=seed)
-    with torch.device("meta"):
-        shape = tuple(user["get_inputs"]()[0].shape)
-    return model, new, shape
+    return setup_problem(FAMILY_PROBLEMS[family], seed=seed)
 
 
 def run_both(model, new, x, grads=True):

@@ -22,13 +22,13 @@ from kgen.errors import KgenError, Unsupported
 from kgen.families import pool
 from kgen.ops import chain
 from kgen.problem import load_problem
+from tests.families import TOLERANCE
 from tests.helpers import generate_module, poison_cuda_allocator, reference_and_new, write_problem
 
 OPS = ("avg", "max", "adaptive_avg", "adaptive_max")
 DTYPES = ("float32", "float16", "bfloat16")
 MODULE = {"avg": "AvgPool", "max": "MaxPool", "adaptive_avg": "AdaptiveAvgPool", "adaptive_max": "AdaptiveMaxPool"}
 FUNCTION = {"avg": "avg_pool", "max": "max_pool", "adaptive_avg": "adaptive_avg_pool", "adaptive_max": "adaptive_max_pool"}
-TOL = {"float32": 1e-4, "float16": 1e-2, "bfloat16": 1e-2}
 
 
 def pool_problem(op: str, nd: int, shape: tuple, kw: dict, form: str = "module", index: int | None = None,
@@ -347,7 +347,7 @@ def check_against_pytorch(source: str, x: torch.Tensor | None = None, grad_sum: 
     if x is None:
         torch.manual_seed(0)
         x = torch.rand(tuple(meta.shape), device="cuda").to(meta.dtype)
-    tol = TOL[str(meta.dtype).removeprefix("torch.")]
+    tol = TOLERANCE[meta.dtype][0]
     x_ref, x_new = x.detach().clone().requires_grad_(True), x.detach().clone().requires_grad_(True)
     ref_v, ref_i = _split(model(x_ref))
     poison_cuda_allocator(4 * x.numel() + 4096)

@@ -5,8 +5,7 @@ second GPU (cuda:1 tensors, torch.cuda.device(1)). Every registered family's HAR
 import pytest
 import torch
 
-from tests.families import all_families
-from tests.helpers import reference_and_new
+from tests.families import all_families, setup_problem
 
 FAMILY_PROBLEMS = {fc.name: fc.hardening for fc in all_families()}
 FAMS = sorted(FAMILY_PROBLEMS)
@@ -14,16 +13,7 @@ TOL = dict(atol=1e-4, rtol=1e-4)
 
 
 def setup(family, device="cuda"):
-    torch.backends.cudnn.allow_tf32 = False
-    torch.backends.cuda.matmul.allow_tf32 = False
-    model, new, ns, user = reference_and_new(FAMILY_PROBLEMS[family])
-    with torch.device("meta"):
-        shape = tuple(user["get_inputs"]()[0].shape)
-    return model.to(device), new.to(device), shape
-
-
-def grads(m):
-    return [p.grad.clone() for p in m.parameters()]
+    return setup_problem(FAMILY_PROBLEMS[family], device)
 
 
 @pytest.mark.gpu

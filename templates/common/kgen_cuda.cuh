@@ -37,17 +37,4 @@ inline int64_t resident_blocks(Kernel kernel, int threads, size_t smem, std::ato
   return blocks;
 }
 
-// Multiprocessors of the current device, cached per device the same way.
-inline int sm_count(std::atomic<int64_t> (&cache)[kMaxDevices]) {
-  int dev = 0, sms = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) return -1;
-  if (dev >= 0 && dev < kMaxDevices) {
-    const int64_t known = cache[dev].load(std::memory_order_relaxed);
-    if (known > 0) return static_cast<int>(known);
-  }
-  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) return -1;
-  if (dev >= 0 && dev < kMaxDevices) cache[dev].store(sms, std::memory_order_relaxed);
-  return sms;
-}
-
 }  // namespace kgen

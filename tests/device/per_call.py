@@ -14,7 +14,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from kgen.bench import first  # noqa: E402
+from kgen.bench import forward_call, training_step  # noqa: E402
 from tests.families import all_families  # noqa: E402
 from tests.helpers import reference_and_new  # noqa: E402
 
@@ -45,24 +45,9 @@ def time_case(source: str) -> dict:
     with torch.device("cuda"):
         x = user["get_inputs"]()[0]
     xg = x.detach().clone().requires_grad_(True)
-
-    def fwd(m):
-        def f():
-            with torch.no_grad():
-                m(x)
-        return f
-
-    def step(m):
-        def f():
-            m.zero_grad(set_to_none=True)
-            xg.grad = None
-            first(m(xg)).sum().backward()
-        return f
-
-    cols = [interleaved({"eager": fwd(model), "kgen": fwd(new)}, True),
-            interleaved({"eager": step(model), "kgen": step(new)}, True),
-            interleaved({"eager": fwd(model), "kgen": fwd(new)}, False),
-            interleaved({"eager": step(model), "kgen": step(new)}, False)]
+    fwd = {"eager": forward_call(model, x), "kgen": forward_call(new, x)}
+    step = {"eager": training_step(model, xg), "kgen": training_step(new, xg)}
+    cols = [interleaved(fwd, True), interleaved(step, True), interleaved(fwd, False), interleaved(step, False)]
     return {k: tuple(c[k] for c in cols) for k in ("eager", "kgen")}
 
 
