@@ -14,7 +14,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from kgen.bench import forward_call, training_step  # noqa: E402
+from kgen.bench import first, forward_call, training_step  # noqa: E402
 from tests.families import all_families  # noqa: E402
 from tests.helpers import reference_and_new  # noqa: E402
 
@@ -47,8 +47,11 @@ def time_case(source: str) -> dict:
     xg = x.detach().clone().requires_grad_(True)
     fwd = {"eager": forward_call(model, x), "kgen": forward_call(new, x)}
     step = {"eager": training_step(model, xg), "kgen": training_step(new, xg)}
-    cols = [interleaved(fwd, True), interleaved(step, True), interleaved(fwd, False), interleaved(step, False)]
-    return {k: tuple(c[k] for c in cols) for k in ("eager", "kgen")}
+    if not first(model(xg)).requires_grad:  # an index-only output (return_indices, [1]) has no training step
+        step = None
+    cols = [interleaved(fwd, True), step and interleaved(step, True), interleaved(fwd, False),
+            step and interleaved(step, False)]
+    return {k: tuple(c[k] if c else None for c in cols) for k in ("eager", "kgen")}
 
 
 def main() -> int:
@@ -69,6 +72,9 @@ def main() -> int:
             cells = []
             for i in range(4):
                 e, k = t["eager"][i], t["kgen"][i]
+                if e is None:
+                    cells.append("no gradient")
+                    continue
                 worse[i] += k > e
                 cells.append(f"{e:8.4f}/{k:8.4f} ({e / k:4.2f})")
             print(f"{(fc.name + ':' + cid)[:57]:<58}" + "".join(f"{c:>24}" for c in cells), flush=True)

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# One device call made of named, time-boxed stages; each stage's log goes to $OUT/<stage>.log and its last line(s)
+# to the summary printed at the end. Usage: bash tests/device/stages.sh STAGE [STAGE ...]
+# Stages: build build80 gpu gpu80 slow runtime percall sweep bench bench80 benchpool benchpool_nc
+# Environment: KGEN_CACHE_DIR per path (sm90 / sm80), KGEN_TEST_GEN_DIR shared.
+set -u
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 KGEN_TEST_GEN_DIR=/tmp/kgen_test_gen
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+SUMMARY="$OUT/summary.txt"
+{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+  python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"; date -u; } | tee -a "$SUMMARY"
+path() {  # sm90 | sm80
+  export KGEN_CACHE_DIR=/tmp/kgen_cache_$1 KGEN_FORCE_SM80=$([ "$1" = sm80 ] && echo 1 || echo 0)
+}
+run() {  # name seconds command...
+  local name=$1 secs=$2; shift 2
+  local t0=$(date +%s)
+  timeout "$secs" "$@" > "$OUT/$name.log" 2>&1; local rc=$?
+  { echo "[$name rc=$rc $(( $(date +%s) - t0 )) s] $(tail -1 "$OUT/$name.log")"
+    grep -E "^(FAILED|ERROR|GPU FAIL|BUILD FAIL|RENDER FAIL)| FAILED|cases where" "$OUT/$name.log" | head -20; } | tee -a "$SUMMARY"
+}
+BUNDLED="kgen/problems/avg_pool2d.py kgen/problems/conv2d_avgpool_sigmoid_sum.py"
+for stage in "$@"; do
+  case $stage in
+    build) path sm90; run build 200 python3 tests/device/prebuild.py 16 ;;
+    build80) path sm80; run build80 200 python3 tests/device/prebuild.py 16 ;;
+    gpu) path sm90; run gpu ${GPU_SECS:-330} python3 -m pytest -v --durations=25 -m "gpu and not multigpu and not slow" -p no:cacheprovider tests/ ;;
+    gpu80) path sm80; run gpu80 ${GPU_SECS:-330} python3 -m pytest -v --durations=25 -m "gpu and not multigpu and not slow" ${GPU_K:+-k "$GPU_K"} -p no:cacheprovider tests/ ;;
+    slow) path sm90; run slow 300 python3 -m pytest -q -m "gpu and slow and not multigpu" -p no:cacheprovider tests/ ;;
+    percall) path sm90; run percall ${PERCALL_SECS:-200} python3 tests/device/per_call.py --csv "$OUT/per_call.csv" ;;
+    sweep) path sm90; run sweep 330 python3 tests/dev/sweep.py --gpu --n 60 --family pool --seed ${SWEEP_SEED:-7} ;;
+    bench) path sm90; for p in $BUNDLED; do run "bench_$(basename $p .py)" 150 python3 -m kgen bench "$p" --per-call --csv "$OUT/bench.csv"; done ;;
+    bench80) path sm80; for p in $BUNDLED; do run "bench80_$(basename $p .py)" 90 python3 -m kgen bench "$p" --no-compile --per-call --csv "$OUT/bench.csv"; done ;;
+    benchpool) path sm90; run benchpool 420 python3 tests/bench/bench_pool.py --quick --csv "$OUT/bench.csv" ${POOL_ONLY:+--only $POOL_ONLY} ;;
+    benchpool_nc) path sm90; run benchpool 240 python3 tests/bench/bench_pool.py --quick --no-compile --csv "$OUT/bench.csv" ${POOL_ONLY:+--only $POOL_ONLY} ;;
+    *) echo "unknown stage $stage" | tee -a "$SUMMARY" ;;
+  esac
+done
