@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
 # One device call made of named, time-boxed stages; each stage's log goes to $OUT/<stage>.log and its last line(s)
 # to the summary printed at the end. Usage: bash tests/device/stages.sh STAGE [STAGE ...]
-# Stages: build build80 gpu gpu80 slow runtime percall sweep bench bench80 benchpool benchpool_nc
+# Stages: import build build80 gpu gpu80 slow percall sweep bench bench80 benchpool benchpool_nc
+#   import: kgen generate, then a cold and a warm import of a generated module (tests/device/import_timing.py)
+#   build / build80: every GPU-test extension, 16 jobs (Hopper path / KGEN_FORCE_SM80=1, each with its own cache)
+#   gpu / gpu80: the GPU tier on that path (GPU_K: a pytest -k expression); slow: the full-size tests
+#   percall: tests/device/per_call.py; sweep: 60 random pool problems; bench / bench80: the bundled problems
+#   benchpool (benchpool_nc: without torch.compile): tests/bench/bench_pool.py --quick (POOL_ONLY: names)
+# Build first in the same call (or on the same warm machine): the GPU tests then load from the cache.
 # Environment: KGEN_CACHE_DIR per path (sm90 / sm80), KGEN_TEST_GEN_DIR shared.
 set -u
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 KGEN_TEST_GEN_DIR=/tmp/kgen_test_gen
@@ -22,6 +28,8 @@ run() {  # name seconds command...
 BUNDLED="kgen/problems/avg_pool2d.py kgen/problems/conv2d_avgpool_sigmoid_sum.py"
 for stage in "$@"; do
   case $stage in
+    import) run generate 120 python3 -m kgen generate --out /tmp/gen_check
+            run import 200 python3 tests/device/import_timing.py /tmp/gen_check/avg_pool2d/model_new.py /tmp/kgen_cold_cache ;;
     build) path sm90; run build 200 python3 tests/device/prebuild.py 16 ;;
     build80) path sm80; run build80 200 python3 tests/device/prebuild.py 16 ;;
     gpu) path sm90; run gpu ${GPU_SECS:-330} python3 -m pytest -v --durations=25 -m "gpu and not multigpu and not slow" -p no:cacheprovider tests/ ;;
