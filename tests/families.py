@@ -67,4 +67,3 @@ def setup_problem(source: str, device: str = "cuda", seed: int = 0):
     with torch.device("meta"):
         shape = tuple(user["get_inputs"]()[0].shape)
     return model.to(device), new.to(device), shape
-

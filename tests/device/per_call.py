@@ -46,9 +46,8 @@ def time_case(source: str) -> dict:
         x = user["get_inputs"]()[0]
     xg = x.detach().clone().requires_grad_(True)
     fwd = {"eager": forward_call(model, x), "kgen": forward_call(new, x)}
-    step = {"eager": training_step(model, xg), "kgen": training_step(new, xg)}
-    if not first(model(xg)).requires_grad:  # an index-only output (return_indices, [1]) has no training step
-        step = None
+    # an index-only output (return_indices, [1]) has no training step
+    step = {"eager": training_step(model, xg), "kgen": training_step(new, xg)} if first(model(xg)).requires_grad else None
     cols = [interleaved(fwd, True), step and interleaved(step, True), interleaved(fwd, False),
             step and interleaved(step, False)]
     return {k: tuple(c[k] if c else None for c in cols) for k in ("eager", "kgen")}

@@ -25,15 +25,22 @@ run() {  # name seconds command...
   { echo "[$name rc=$rc $(( $(date +%s) - t0 )) s] $(tail -1 "$OUT/$name.log")"
     grep -E "^(FAILED|ERROR|GPU FAIL|BUILD FAIL|RENDER FAIL)| FAILED|cases where" "$OUT/$name.log" | head -20; } | tee -a "$SUMMARY"
 }
+build() {  # log-name path
+  path "$2"; run "$1" 200 python3 tests/device/prebuild.py 16
+}
+tier() {  # log-name path: the GPU tier except multi-GPU and full-size tests (GPU_K: a pytest -k expression)
+  path "$2"; run "$1" "${GPU_SECS:-330}" python3 -m pytest -v --durations=25 -m "gpu and not multigpu and not slow" \
+    ${GPU_K:+-k "$GPU_K"} -p no:cacheprovider tests/
+}
 BUNDLED="kgen/problems/avg_pool2d.py kgen/problems/conv2d_avgpool_sigmoid_sum.py"
 for stage in "$@"; do
   case $stage in
     import) run generate 120 python3 -m kgen generate --out /tmp/gen_check
             run import 200 python3 tests/device/import_timing.py /tmp/gen_check/avg_pool2d/model_new.py /tmp/kgen_cold_cache ;;
-    build) path sm90; run build 200 python3 tests/device/prebuild.py 16 ;;
-    build80) path sm80; run build80 200 python3 tests/device/prebuild.py 16 ;;
-    gpu) path sm90; run gpu ${GPU_SECS:-330} python3 -m pytest -v --durations=25 -m "gpu and not multigpu and not slow" -p no:cacheprovider tests/ ;;
-    gpu80) path sm80; run gpu80 ${GPU_SECS:-330} python3 -m pytest -v --durations=25 -m "gpu and not multigpu and not slow" ${GPU_K:+-k "$GPU_K"} -p no:cacheprovider tests/ ;;
+    build) build build sm90 ;;
+    build80) build build80 sm80 ;;
+    gpu) tier gpu sm90 ;;
+    gpu80) tier gpu80 sm80 ;;
     slow) path sm90; run slow 300 python3 -m pytest -q -m "gpu and slow and not multigpu" -p no:cacheprovider tests/ ;;
     percall) path sm90; run percall ${PERCALL_SECS:-200} python3 tests/device/per_call.py --csv "$OUT/per_call.csv" ;;
     sweep) path sm90; run sweep 330 python3 tests/dev/sweep.py --gpu --n 60 --family pool --seed ${SWEEP_SEED:-7} ;;
