@@ -290,6 +290,39 @@ def test_bundled_avg_pool2d_keeps_the_tuned_design():
     assert (t["design"], t["backward"], t["vec"], t["f_rows"], t["f_cols"], t["f_threads"]) == ("colsum", "colsum", 4, 1, 186, 512)
 
 
+def test_aligned_gather_visits_every_window_tap_once():
+    """The aligned backward's compile-time candidate arithmetic (B_R0, B_NQ, ow_first), replayed over random 1-d
+    geometries: every (window, tap) landing on a real element is visited exactly once, by the thread owning it."""
+    from kgen.geometry import pool_out_size
+
+    rng, checked = random.Random(0), 0
+    for _ in range(4000):
+        k, s, d = rng.randint(1, 8), rng.randint(1, 8), rng.randint(1, 3)
+        p = rng.randint(0, ((k - 1) * d + 1) // 2)
+        W, ceil = rng.choice([1, 2, 4, 8, 16]) * rng.randint(1, 12), rng.random() < 0.5
+        if (k - 1) * d + 1 > W + 2 * p:
+            continue
+        WO = pool_out_size(W, k, s, p, ceil, d)
+        g = pool.Geometry("max", False, (1, 1, W), (1, 1, WO), (1, 1, k), (1, 1, s), (0, 0, p), (1, 1, d))
+        t = pool.gather_tiling(g, rng.choice([1, 2, 4]))
+        if not t["b_aligned"]:
+            continue
+        V, r0, nq, seen = t["b_vec"], t["b_r0"], t["b_nq"], []
+        for iw0 in range(0, W, V):
+            assert (iw0 + r0 + p) % s == 0
+            for q in range(nq):
+                ow = (iw0 + r0 + p) // s + q
+                for kk in range(k):
+                    e = r0 + q * s + kk * d
+                    if 0 <= ow < WO and 0 <= e < V:
+                        assert ow * s - p + kk * d == iw0 + e
+                        seen.append((ow, kk))
+        want = sorted((ow, kk) for ow in range(WO) for kk in range(k) if 0 <= ow * s - p + kk * d < W)
+        assert sorted(seen) == want, (k, s, d, p, W, V, ceil)
+        checked += 1
+    assert checked > 500
+
+
 def test_offsets_are_compact():
     spec, _ = _spec(pool_problem("max", 3, (2, 2, 9, 10, 12), dict(kernel_size=3)))
     assert pool.context(spec)["off_ctype"] == "uint8_t"

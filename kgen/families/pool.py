@@ -321,12 +321,28 @@ def _covering(n_in: int, n_out: int, k: int, s: int, p: int, d: int, adaptive: b
     return max(1, min(n_out, ceil_div(group - 1 + (k - 1) * d + 1, s)))
 
 
+ALIGNED_KW_MAX = 8  # the aligned gather unrolls each candidate over its KW taps
+
+
 def gather_tiling(g: Geometry, itemsize: int) -> dict:
+    """B_VEC grad_x elements per thread and the windows (candidates) that can hold them. Aligned form (fixed windows,
+    the W stride dividing B_VEC): every thread's first W candidate starts the same distance B_R0 from its first element,
+    so which element each tap of candidate q names is a compile-time constant; only the B_NQ candidates that can reach
+    the thread's elements are visited and each tests only its taps, not every element."""
     (D, H, W), (DO, HO, WO) = g.size, g.out
+    (_, _, KW), (_, _, SW), (_, _, PW), (_, _, DW) = g.kernel, g.stride, g.padding, g.dilation
     vec = vec_widths(W, itemsize)[0]
     cov = [_covering(n, o, k, s, p, d, g.adaptive, grp) for n, o, k, s, p, d, grp in
            zip(g.size, g.out, g.kernel, g.stride, g.padding, g.dilation, (1, 1, vec))]
-    return {"b_vec": vec, "ncd": cov[0], "nch": cov[1], "nqw": cov[2], "b_chunks": W // vec}
+    out = {"b_vec": vec, "ncd": cov[0], "nch": cov[1], "nqw": cov[2], "b_chunks": W // vec, "b_aligned": False,
+           "b_r0": 0, "b_nq": 0}
+    if not g.adaptive and vec % SW == 0 and KW <= ALIGNED_KW_MAX:
+        ekw = (KW - 1) * DW + 1
+        r0 = 1 - ekw + (-PW - (1 - ekw)) % SW  # the first window start >= 1 - ekw that is = -PW (mod SW)
+        nq = (vec - 1 - r0) // SW + 1  # candidates whose start is <= the last element
+        if nq <= UNROLL_MAX:
+            out.update(b_aligned=True, b_r0=r0, b_nq=nq)
+    return out
 
 
 def const_divisor(spec: Spec, g: Geometry) -> int:
