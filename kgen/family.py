@@ -20,9 +20,10 @@ class Family(Protocol):
     TEMPLATES: Mapping[str, str]  # output file name -> template path ("kernel.cu", "binding.cpp")
     MODEL_TEMPLATE: str  # template of model_new.py (extends common/model_new.py.j2)
 
-    def match(self, ops: list[Op], problem: Problem) -> Any | None:
-        """The family's frozen spec, None when the chain is not this family's kind at all, or Unsupported naming the
-        first op or argument that breaks its pattern."""
+    def match(self, ops: list[Op] | None, problem: Problem) -> Any | None:
+        """The family's frozen spec, None when the problem is not this family's kind at all, or Unsupported naming
+        the first op or argument that breaks its pattern. ops is the graph as a straight chain, or None when it is
+        not one (a family that takes DAGs reads problem.gm)."""
 
     def context(self, spec: Any) -> dict[str, Any]:
         """Plain data for the kernel templates: the spec's values and every derived number (tiling included)."""
@@ -44,3 +45,17 @@ def check_family(module: Any) -> Any:
     if missing or not isinstance(module, Family):
         raise TypeError(f"family module {getattr(module, '__name__', module)!r} lacks {', '.join(missing)} (kgen/family.py)")
     return module
+
+
+def attr_expr(path: str) -> str:
+    """Python that reads the attribute at a qualified path from self (getattr for parts that are not identifiers)."""
+    expr = "self"
+    for part in path.split("."):
+        expr = f"{expr}.{part}" if part.isidentifier() else f"getattr({expr}, {part!r})"
+    return expr
+
+
+def holders(path: str) -> list[str]:
+    """The qualified names of the modules that hold the attribute at path ("a.b.w": "a", "a.b")."""
+    parts = path.split(".")[:-1]
+    return [".".join(parts[: i + 1]) for i in range(len(parts))]

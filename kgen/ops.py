@@ -261,18 +261,16 @@ def _const(v: Any, node: fx.Node, what: str) -> Any:
     return v
 
 
-def _conv_padding(padding: Any, kernel: tuple[int, int], dilation: tuple[int, int]) -> tuple[int, int]:
+def _conv_padding(padding: Any, kernel: tuple[int, int], dilation: tuple[int, int]) -> tuple[tuple[int, int], tuple[int, int]]:
+    """(padding before, padding after) per spatial dim: equal except for 'same' with an even reach, which PyTorch
+    pads one more after."""
     if padding == "valid":
-        return (0, 0)
+        return (0, 0), (0, 0)
     if padding == "same":
-        out = []
-        for k, d in zip(kernel, dilation):
-            left, right = conv_same_padding(k, d)
-            if left != right:
-                raise Unsupported(f"padding='same' with kernel {kernel} and dilation {dilation} pads asymmetrically")
-            out.append(left)
-        return (out[0], out[1])
-    return pair(padding, "padding")
+        (t, b), (l, r) = (conv_same_padding(k, d) for k, d in zip(kernel, dilation))
+        return (t, l), (b, r)
+    p = pair(padding, "padding")
+    return p, p
 
 
 def _reduce_params(p: dict[str, Any], rank: int) -> dict[str, Any]:
@@ -435,9 +433,10 @@ def normalize(node: fx.Node, gm: fx.GraphModule) -> Op:
         mod = gm.get_submodule(node.target)
         if type(mod) is nn.Conv2d:
             k, d = pair(mod.kernel_size, "kernel_size"), pair(mod.dilation, "dilation")
+            before, after = _conv_padding(mod.padding, k, d)
             return op("conv2d", {
                 "in_channels": mod.in_channels, "out_channels": mod.out_channels, "kernel": k,
-                "stride": pair(mod.stride, "stride"), "padding": _conv_padding(mod.padding, k, d), "dilation": d,
+                "stride": pair(mod.stride, "stride"), "padding": before, "padding_end": after, "dilation": d,
                 "groups": mod.groups, "bias": mod.bias is not None, "padding_mode": mod.padding_mode,
                 "weight_name": f"{node.target}.weight", "bias_name": f"{node.target}.bias" if mod.bias is not None else None,
             }, label, node.target)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from kgen.families import conv2d_avgpool_act_reduce, pool
+from kgen.families import conv2d_avgpool_act_reduce, conv2d_epilogue, pool
 from kgen.family import Family, check_family
 
-FAMILIES: tuple[Family, ...] = tuple(check_family(m) for m in (pool, conv2d_avgpool_act_reduce))
+FAMILIES: tuple[Family, ...] = tuple(check_family(m) for m in (pool, conv2d_avgpool_act_reduce, conv2d_epilogue))
 
 
 def by_name(name: str) -> Family:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from kgen.errors import Unsupported
+from kgen.family import attr_expr, holders
 from kgen.problem import Problem
 from kgen.geometry import ceil_div, conv_out_size, pool_out_size
 from kgen.ops import Op
@@ -64,11 +65,15 @@ def _breaks(op: Op, expected: str) -> Unsupported:
     return Unsupported(f"{op.where}: {op.label} breaks the {NAME} family's pattern (expected {expected} here)")
 
 
-def match(ops: list[Op], problem: Problem) -> Spec | None:
-    if ops[0].kind != "conv2d":
-        return None
+def match(ops: list[Op] | None, problem: Problem) -> Spec | None:
+    if not ops or ops[0].kind != "conv2d" or len(ops) < 2 or ops[1].kind != "pool" \
+            or (ops[1].params["op"], ops[1].params["nd"]) != ("avg", 2):
+        return None  # not Conv2d -> AvgPool2d: conv2d_epilogue's to take or refuse
     conv = ops[0]
     c = conv.params
+    if c["padding_end"] != c["padding"]:
+        raise Unsupported(f"{conv.where}: padding='same' pads {c['padding']} before and {c['padding_end']} after; the "
+                          f"{NAME} family supports symmetric padding")
     if c["groups"] != 1:
         raise Unsupported(f"{conv.where}: nn.Conv2d with groups={c['groups']}: the {NAME} family supports groups=1 only")
     if c["padding_mode"] != "zeros":
@@ -77,9 +82,6 @@ def match(ops: list[Op], problem: Problem) -> Spec | None:
         raise Unsupported(f"{conv.where}: Conv2d on a {len(conv.in_shape)}-d input; the {NAME} family takes NCHW input")
     if conv.dtype != torch.float32:
         raise Unsupported(f"{conv.where}: the {NAME} family takes float32 input, got {conv.dtype}")
-    if len(ops) < 2 or ops[1].kind != "pool" or (ops[1].params["op"], ops[1].params["nd"]) != ("avg", 2):
-        raise _breaks(ops[1], "AvgPool2d") if len(ops) > 1 else Unsupported(
-            f"{conv.where}: a lone Conv2d is outside kgen's families ({NAME} needs Conv2d -> AvgPool2d -> activation -> sum/mean)")
     pool = ops[1]
     p = pool.params
     _, _, HO, WO = conv.shape
@@ -233,18 +235,6 @@ def describe(spec: Spec) -> list[str]:
     ]
 
 
-def _attr_expr(path: str) -> str:
-    expr = "self"
-    for part in path.split("."):
-        expr = f"{expr}.{part}" if part.isidentifier() else f"getattr({expr}, {part!r})"
-    return expr
-
-
-def _holders(path: str) -> list[str]:
-    parts = path.split(".")[:-1]
-    return [".".join(parts[: i + 1]) for i in range(len(parts))]
-
-
 def reference_init_matches(spec: Spec, problem: Problem) -> bool:
     """Does Model(*init) under a seed draw the same conv parameters as nn.Conv2d's default init would?"""
     numel = spec.CO * spec.CI * spec.KH * spec.KW
@@ -268,10 +258,10 @@ def module_context(spec: Spec, problem: Problem) -> dict:
         warnings.warn(f"{problem.path.name}: Model initializes {spec.weight_name} differently from nn.Conv2d's default; "
                       "ModelNew uses the default, so load Model's state_dict into it for equal parameters", stacklevel=2)
     module_path = spec.weight_name.rsplit(".", 1)[0]
-    holders = sorted(set(_holders(spec.weight_name)))
+    held = sorted(set(holders(spec.weight_name)))
     return {
-        "holders": [(p.rsplit(".", 1)[0] if "." in p else "", p.rsplit(".", 1)[-1]) for p in holders],
-        "conv_expr": _attr_expr(module_path),
+        "holders": [(p.rsplit(".", 1)[0] if "." in p else "", p.rsplit(".", 1)[-1]) for p in held],
+        "conv_expr": attr_expr(module_path),
         "fan_in": spec.CI * spec.KH * spec.KW,
     }
 

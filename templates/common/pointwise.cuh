@@ -1,7 +1,8 @@
 // kgen pointwise helpers: the functions the expressions of kgen/pointwise.py's table call (kgen::pw::...).
 // float32 throughout, written as PyTorch's CUDA kernels compute each op (aten/src/ATen/native/cuda/Activation*.cu),
 // kinks and NaN handling included. No torch headers; host-compilable too (the CPU tests evaluate these with g++).
-#pragma once
+#ifndef KGEN_POINTWISE_CUH
+#define KGEN_POINTWISE_CUH
 
 #include <math.h>
 
@@ -90,3 +91,5 @@ KGEN_PW_FN float softplus_vjp(float g, float x, float beta, float threshold) {
 
 }  // namespace pw
 }  // namespace kgen
+
+#endif  // KGEN_POINTWISE_CUH

@@ -1,0 +1,516 @@
+"""conv2d_epilogue family: nn.Conv2d (any channels, kernel, stride, dilation, padding int / tuple / 'same' / 'valid',
+groups including depthwise, bias or not) followed by a pointwise program: a DAG of kgen.pointwise's ops over the conv
+output, Python and 0-d tensor constants, and scalar or per-channel parameters and buffers. float32.
+
+CPU tier: specs of every case and of random in-scope problems against PyTorch's meta shapes and the conv module's
+arguments; the matched program, run by kgen.pointwise.reference_forward on the conv output, against the Model in
+float64 (the matcher captured the program faithfully); refusals; the generated files and ModelNew's parameter names,
+shapes and initialization; the random draws are valid PyTorch.
+GPU tier (@pytest.mark.gpu): TF32 mode against a float64 reference of TF32-rounded operands, bitwise-deterministic
+backward, the batch size as a run-time value, bad inputs.
+
+Exports for the generic tiers: CASES (id, problem source), HARDENING (one small float32 problem) and
+random_problem(rng) (a random problem anywhere in the family's scope).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import random
+
+import pytest
+import torch
+
+from kgen import emit
+from kgen.errors import Unsupported
+from kgen.pointwise import reference_forward
+from kgen.problem import load_problem
+from kgen.spec import match
+from tests.families import setup_problem
+from tests.helpers import REPO, conv_problem, write_problem
+
+NAME = "conv2d_epilogue"
+CONV_ARGS = ("in_channels", "out_channels", "kernel_size")
+
+
+def conv_epilogue_problem(shape, conv: dict, forward, init=(), args: dict | None = None, fill: str = "rand",
+                          dtype: str = "float32") -> str:
+    """A KernelBench-style problem file: Model(in_channels, out_channels, kernel_size, *args) builds
+    self.conv = nn.Conv2d(in_channels, out_channels, kernel_size, <the other conv kwargs as literals>) then runs the
+    `init` lines; forward is the `forward` lines (the first calls self.conv); module-level constants feed
+    get_inputs() (torch.<fill> of `shape`) and get_init_inputs()."""
+    n, c, h, w = shape
+    assert c == conv["in_channels"], (shape, conv)
+    values = {**{k: conv[k] for k in CONV_ARGS}, **(args or {})}
+    rest = "".join(f", {k}={v!r}" for k, v in conv.items() if k not in CONV_ARGS)
+    init_lines = "".join(f"\n        {line}" for line in init)
+    body = "\n".join(f"        {line}" for line in forward)
+    constants = "\n".join(f"{k} = {v!r}" for k, v in values.items())
+    dt = "" if dtype == "float32" else f", dtype=torch.{dtype}"
+    return f'''import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def __init__(self, {", ".join(values)}):
+        super().__init__()
+        self.conv = nn.Conv2d(in_channels, out_channels, kernel_size{rest}){init_lines}
+
+    def forward(self, x):
+{body}
+
+
+batch_size = {n}
+height, width = {h}, {w}
+{constants}
+
+
+def get_inputs():
+    return [torch.{fill}(batch_size, in_channels, height, width{dt})]
+
+
+def get_init_inputs():
+    return [{", ".join(values)}]
+'''
+
+
+def conv(ci: int, co: int, k, **kw) -> dict:
+    return dict(in_channels=ci, out_channels=co, kernel_size=k, **kw)
+
+
+CONV_IN = ["x = self.conv(x)"]
+
+# (id, pointwise ops written, input shape, conv kwargs, forward lines, __init__ lines, extra constructor args)
+_TABLE = [
+    ("lone_conv", 0, (2, 3, 17, 23), conv(3, 8, 3), ["return self.conv(x)"], [], {}),
+    ("relu", 1, (2, 4, 20, 19), conv(4, 16, 3, padding=1), CONV_IN + ["return torch.relu(x)"], [], {}),
+    ("channel_bias_add_tanh", 2, (2, 3, 24, 21), conv(3, 16, 3), CONV_IN + ["x = x + self.bias", "return torch.tanh(x)"],
+     ["self.bias = nn.Parameter(torch.randn(bias_shape))"], {"bias_shape": (16, 1, 1)}),
+    ("buffer_1c11_mul_silu", 2, (3, 5, 19, 18), conv(5, 12, 3, stride=2), CONV_IN + ["x = x * self.scale", "return self.act(x)"],
+     ['self.register_buffer("scale", torch.rand(1, out_channels, 1, 1) + 0.5)', "self.act = nn.SiLU()"], {}),
+    ("scalar_param_leaky_relu", 3, (2, 3, 16, 23), conv(3, 8, 3, padding=1),
+     CONV_IN + ["x = F.leaky_relu(x, 0.1)", "x = x * self.alpha", "return x.clamp_min(-0.5)"],
+     ["self.alpha = nn.Parameter(torch.tensor(0.7))"], {}),
+    ("groups2_gelu_tanh_div_param", 2, (2, 8, 19, 21), conv(8, 12, 3, padding=1, groups=2),
+     CONV_IN + ["x = F.gelu(x, approximate='tanh')", "return x / self.divisor"],
+     ["self.divisor = nn.Parameter(torch.rand(out_channels, 1, 1) + 1)"], {}),
+    ("depthwise_hardswish", 1, (3, 6, 24, 17), conv(6, 12, 3, padding=1, groups=6), CONV_IN + ["return self.act(x)"],
+     ["self.act = nn.Hardswish()"], {}),
+    ("dilation2_stride2_softplus", 2, (2, 5, 33, 27), conv(5, 16, 3, stride=2, padding=2, dilation=2),
+     CONV_IN + ["x = F.softplus(x, beta=2, threshold=10)", "return x - 0.5"], [], {}),
+    ("kernel3x5_pad1x2_mish", 2, (1, 3, 15, 31), conv(3, 10, (3, 5), padding=(1, 2)), CONV_IN + ["return self.act(x) * 2.5"],
+     ["self.act = nn.Mish()"], {}),
+    ("same_kernel4_max_min_const", 2, (2, 4, 18, 13), conv(4, 8, 4, padding="same"),
+     CONV_IN + ["x = torch.max(x, torch.tensor(-0.5))", "return torch.min(x, torch.tensor(1.5))"], [], {}),
+    ("valid_k5_elu_max_tanh", 5, (2, 3, 21, 19), conv(3, 16, 5, padding="valid"),
+     CONV_IN + ["x = F.elu(x, alpha=0.5)", "return torch.maximum(x, torch.tanh(x)) * torch.sigmoid(x)"], [], {}),
+    ("no_bias_celu_hardsigmoid", 2, (2, 6, 22, 25), conv(6, 24, 3, stride=2, padding=1, bias=False),
+     CONV_IN + ["x = self.act(x)", "return F.hardsigmoid(x)"], ["self.act = nn.CELU(0.5)"], {}),
+    ("hardswish_dag", 4, (2, 3, 25, 22), conv(3, 16, 3), ["y = self.conv(x)", "return y * torch.clamp((y + 3) / 6, 0, 1)"],
+     [], {}),
+    ("pointwise_1x1_ci1_co70_chain", 7, (2, 1, 29, 37), conv(1, 70, 1),
+     CONV_IN + ["x = x * self.scale + self.shift", "x = self.act(x)", "x = torch.tanh(x)", "x = torch.clamp(x, min=-0.25)",
+                "return 1.5 - x.exp()"],
+     ["self.scale = nn.Parameter(torch.rand(out_channels, 1, 1) + 0.5)",
+      "self.shift = nn.Parameter(torch.randn(out_channels, 1, 1) * 0.02)", "self.act = nn.SELU()"], {}),
+    ("abs_softsign_hardtanh_relu6", 6, (1, 2, 40, 5), conv(2, 3, (1, 3), stride=(1, 2)),
+     CONV_IN + ["x = F.softsign(x.abs() - 0.5)", "return self.act(x) + F.relu6(x)"], ["self.act = nn.Hardtanh(-0.5, 2.0)"], {}),
+]
+
+CASES: list[tuple[str, str]] = [(cid, conv_epilogue_problem(shape, c, fwd, init, args))
+                                for cid, _, shape, c, fwd, init, args in _TABLE]
+CASE = dict(CASES)
+CASE_OPS = {row[0]: row[1] for row in _TABLE}
+
+HARDENING: str = conv_epilogue_problem((2, 3, 18, 20), conv(3, 8, 3), CONV_IN + ["x = torch.relu(x)", "return x + self.bias"],
+                                       ["self.bias = nn.Parameter(torch.randn(bias_shape))"], {"bias_shape": (8, 1, 1)})
+
+
+# ------------------------------------------------------------------------------------------------ random problems
+
+CONSTS = (0.25, 0.3, 0.5, 0.75, 1.5, 2.0)
+OP_PARAMS = {"slope": (0.01, 0.1, 0.2), "alpha": (0.5, 1.0, 1.5), "beta": (0.5, 1, 2), "threshold": (5, 10, 20),
+             "lo": (-1.0, -0.5, -0.25, 0.0), "hi": (0.25, 0.5, 1.0, 2.0)}
+
+# Unary ops: (forms, bound of |result| from the operand's bound m and the drawn parameters p). A form is an
+# expression over {v} or a module constructor "nn.X(...)" (then self.act<i> in __init__).
+UNARY = {
+    "relu": (("torch.relu({v})", "F.relu({v})", "{v}.relu()", "nn.ReLU()"), lambda m, p: m),
+    "relu6": (("F.relu6({v})", "nn.ReLU6()"), lambda m, p: min(m, 6)),
+    "leaky_relu": (("F.leaky_relu({v}, {slope})", "F.leaky_relu({v}, negative_slope={slope})", "nn.LeakyReLU({slope})"),
+                   lambda m, p: m),
+    "elu": (("F.elu({v}, alpha={alpha})", "nn.ELU(alpha={alpha})"), lambda m, p: max(m, p["alpha"])),
+    "selu": (("torch.selu({v})", "F.selu({v})", "nn.SELU()"), lambda m, p: 1.1 * m + 1.8),
+    "celu": (("F.celu({v}, alpha={alpha})", "nn.CELU({alpha})"), lambda m, p: max(m, p["alpha"])),
+    "gelu": (("F.gelu({v})", "F.gelu({v}, approximate='tanh')", "nn.GELU()", "nn.GELU(approximate='tanh')"), lambda m, p: m),
+    "silu": (("F.silu({v})", "nn.SiLU()"), lambda m, p: m),
+    "mish": (("F.mish({v})", "nn.Mish()"), lambda m, p: m),
+    "softplus": (("F.softplus({v})", "F.softplus({v}, beta={beta}, threshold={threshold})",
+                  "nn.Softplus(beta={beta}, threshold={threshold})"), lambda m, p: m + 2),
+    "sigmoid": (("torch.sigmoid({v})", "{v}.sigmoid()", "nn.Sigmoid()"), lambda m, p: 1),
+    "tanh": (("torch.tanh({v})", "{v}.tanh()", "nn.Tanh()"), lambda m, p: 1),
+    "hardtanh": (("F.hardtanh({v}, {lo}, {hi})", "nn.Hardtanh({lo}, {hi})"), lambda m, p: 2),
+    "hardswish": (("F.hardswish({v})", "nn.Hardswish()"), lambda m, p: m),
+    "hardsigmoid": (("F.hardsigmoid({v})", "nn.Hardsigmoid()"), lambda m, p: 1),
+    "softsign": (("F.softsign({v})", "nn.Softsign()"), lambda m, p: 1),
+    "abs": (("torch.abs({v})", "{v}.abs()"), lambda m, p: m),
+    "neg": (("-{v}", "torch.neg({v})"), lambda m, p: m),
+    "exp": (("torch.exp({v})", "{v}.exp()"), lambda m, p: math.exp(m)),  # drawn only for m <= EXP_MAX
+    "clamp": (("torch.clamp({v}, {lo}, {hi})", "{v}.clamp(min={lo}, max={hi})", "torch.clip({v}, {lo}, {hi})"), lambda m, p: 2),
+    "clamp_min": (("torch.clamp({v}, min={lo})", "{v}.clamp_min({lo})"), lambda m, p: max(m, 1)),
+    "clamp_max": (("torch.clamp_max({v}, {hi})", "{v}.clamp(max={hi})"), lambda m, p: max(m, 2)),
+}
+EXP_MAX = 2.5  # exp only of values bounded by this (tanh, sigmoid, clamp, ... or a conv output scaled down)
+CONV_MAG = 4.0  # |conv output| with PyTorch's default init on rand/randn inputs, with margin
+MAG_MAX = 100.0  # a program whose values may exceed this is redrawn (float32 at atol=rtol=1e-4)
+
+# Binary ops with a constant {c} (a Python number or a 0-d tensor constant).
+CONST_FORMS = {
+    "add": ("{v} + {c}", "{c} + {v}", "torch.add({v}, {c})", "{v}.add({c})"),
+    "sub": ("{v} - {c}", "{c} - {v}", "torch.sub({v}, {c})", "torch.rsub({v}, {c})"),
+    "mul": ("{v} * {c}", "{c} * {v}", "torch.mul({v}, {c})", "{v}.mul({c})", "{v} * torch.tensor({c})"),
+    "div": ("{v} / {c}", "torch.div({v}, {c})", "{v}.div({c})"),
+    "maximum": ("torch.maximum({v}, torch.tensor({c}))", "torch.max({v}, torch.tensor({c}))", "{v}.maximum(torch.tensor({c}))"),
+    "minimum": ("torch.minimum({v}, torch.tensor({c}))", "torch.min({v}, torch.tensor({c}))"),
+}
+# Binary ops with a model parameter or buffer self.{p}: its name, initializations ({shape}: scalar or per channel).
+PARAM_FORMS = {
+    "add": ("bias", ("torch.randn({shape}) * 0.5", "torch.rand({shape})"), ("{v} + self.{p}", "self.{p} + {v}", "torch.add({v}, self.{p})")),
+    "sub": ("shift", ("torch.randn({shape}) * 0.5",), ("{v} - self.{p}", "self.{p} - {v}")),
+    "mul": ("scale", ("torch.rand({shape}) + 0.5", "torch.ones({shape})"), ("{v} * self.{p}", "self.{p} * {v}", "{v}.mul(self.{p})")),
+    "div": ("divisor", ("torch.rand({shape}) + 1",), ("{v} / self.{p}", "torch.div({v}, self.{p})")),
+}
+PARAM_SHAPES = ("out_channels, 1, 1", "1, out_channels, 1, 1", "1", "()")
+# Binary ops of two program values (a DAG edge to an earlier value {u}). No maximum/minimum here: two values equal on
+# a region (relu(y) and y) tie there, and ties decided by the last bit differ between any two implementations.
+VALUE_FORMS = {"add": ("{v} + {u}", "torch.add({u}, {v})"), "sub": ("{v} - {u}", "{u} - {v}"),
+               "mul": ("{v} * {u}", "torch.mul({u}, {v})")}
+
+
+def _fresh(base: str, init: list[str]) -> str:
+    """A new attribute name (each __init__ line adds one attribute)."""
+    return f"{base}{len(init)}" if init else base
+
+
+def _random_op(rng: random.Random, v: str, m: float, earlier: list[tuple[str, float]], init: list[str]):
+    """One pointwise op on the value named v (|v| <~ m): (expression, __init__ line or None, bound of |result|)."""
+    kind = rng.choices(("unary", "const", "param", "value"), (5, 2, 1.5, 1.5 if earlier else 0))[0]
+    if kind == "unary":
+        names = [k for k in UNARY if k != "exp" or m <= EXP_MAX]
+        forms, bound = UNARY["exp" if "exp" in names and rng.random() < 0.25 else rng.choice(names)]
+        p = {k: rng.choice(vals) for k, vals in OP_PARAMS.items()}
+        form = rng.choice(forms).format(v=v, **p)
+        if form.startswith("nn."):
+            name = _fresh("act", init)
+            return f"self.{name}({v})", f"self.{name} = {form}", bound(m, p)
+        return form, None, bound(m, p)
+    if kind == "const":
+        op, c = rng.choice(tuple(CONST_FORMS)), rng.choice(CONSTS)
+        c = -c if op in ("maximum", "minimum") and rng.random() < 0.5 else c
+        mag = {"add": m + c, "sub": m + c, "mul": m * c, "div": m / c}.get(op, max(m, abs(c)))
+        return rng.choice(CONST_FORMS[op]).format(v=v, c=c), None, mag
+    if kind == "param":
+        op = rng.choice(tuple(PARAM_FORMS))
+        base, inits, forms = PARAM_FORMS[op]
+        name, value = _fresh(base, init), rng.choice(inits).format(shape=rng.choice(PARAM_SHAPES))
+        line = f"self.{name} = nn.Parameter({value})" if rng.random() < 0.7 else f'self.register_buffer("{name}", {value})'
+        return rng.choice(forms).format(v=v, p=name), line, {"add": m + 2, "sub": m + 2, "mul": 2 * m, "div": m}[op]
+    op, (u, mu) = rng.choice(tuple(VALUE_FORMS)), rng.choice(earlier)
+    return rng.choice(VALUE_FORMS[op]).format(v=v, u=u), None, m * mu if op == "mul" else m + mu
+
+
+def _random_program(rng: random.Random) -> tuple[list[str], list[str], int]:
+    """(forward lines, __init__ lines, number of ops): 0..5 ops, each on the previous value, binary ones also on
+    constants, parameters/buffers or an earlier value."""
+    n_ops = rng.randint(0, 5)
+    if n_ops == 0:
+        return ["return self.conv(x)"], [], 0
+    forward, init, values = ["y = self.conv(x)"], [], [("y", CONV_MAG)]
+    for i in range(1, n_ops + 1):
+        while True:
+            expr, line, mag = _random_op(rng, *values[-1], values[:-1], init)
+            if mag <= MAG_MAX:
+                break
+        forward.append(f"h{i} = {expr}" if i < n_ops else f"return {expr}")
+        init += [line] if line else []
+        values.append((f"h{i}", mag))
+    return forward, init, n_ops
+
+
+def _pair(v) -> tuple[int, int]:
+    return v if isinstance(v, tuple) else (v, v)
+
+
+def _random_conv(rng: random.Random) -> tuple[tuple[int, int, int, int], dict]:
+    """(input shape, Conv2d kwargs): every argument of the family's scope, output at least 1x1."""
+    if rng.random() < 0.2:  # depthwise, channel multiplier 1..3
+        ci = rng.randint(1, 24)
+        groups, co = ci, ci * rng.randint(1, min(3, 72 // ci))
+    else:
+        groups = rng.choice((1, 1, 1, 2, 3, 4))
+        ci, co = groups * rng.randint(1, 24 // groups), groups * rng.randint(1, 72 // groups)
+    kernel = rng.randint(1, 5) if rng.random() < 0.6 else (rng.randint(1, 5), rng.randint(1, 5))
+    stride = rng.choice((1, 1, 2, 3)) if rng.random() < 0.8 else (rng.randint(1, 3), rng.randint(1, 3))
+    dilation = rng.choice((1, 1, 2, 3)) if rng.random() < 0.85 else (rng.randint(1, 3), rng.randint(1, 3))
+    k, s, d = _pair(kernel), _pair(stride), _pair(dilation)
+    r = rng.random()
+    if r < 0.15 and s == (1, 1):
+        padding = "same"  # PyTorch takes 'same' only with stride 1; asymmetric for even effective kernels
+    elif r < 0.3:
+        padding = "valid"
+    elif r < 0.5:
+        padding = (rng.randint(0, k[0] // 2 + 1), rng.randint(0, k[1] // 2 + 1))
+    else:
+        padding = rng.randint(0, max(k) // 2)
+    kw = conv(ci, co, kernel)
+    for key, value, default in (("stride", stride, s == (1, 1)), ("padding", padding, padding == 0),
+                                ("dilation", dilation, d == (1, 1)), ("groups", groups, groups == 1)):
+        if not default or rng.random() < 0.2:  # defaults written out now and then
+            kw[key] = value
+    if rng.random() < 0.25:
+        kw["bias"] = False
+    p = (0, 0) if padding in ("same", "valid") else _pair(padding)
+    lo = [1 if padding == "same" else max(1, dd * (kk - 1) + 1 - 2 * pp) for kk, dd, pp in zip(k, d, p)]
+    return (rng.randint(1, 3), ci, rng.randint(lo[0], 40), rng.randint(lo[1], 40)), kw
+
+
+def _random_case(rng: random.Random) -> tuple[str, int]:
+    """(problem source, number of pointwise ops written)."""
+    shape, kw = _random_conv(rng)
+    forward, init, n_ops = _random_program(rng)
+    return conv_epilogue_problem(shape, kw, forward, init, fill=rng.choice(("rand", "randn"))), n_ops
+
+
+def random_problem(rng: random.Random) -> str:
+    """A random problem anywhere in the family's scope: random conv arguments and a random pointwise program of
+    0..5 ops (chains and small DAGs; module, functional, method and operator forms; constants, scalar and
+    per-channel parameters and buffers), its values bounded for float32 comparison at atol=rtol=1e-4."""
+    return _random_case(rng)[0]
+
+
+RANDOM = [_random_case(random.Random(f"{NAME}:{seed}")) for seed in range(30)]
+
+
+# ------------------------------------------------------------------------------------------------------- CPU tier
+
+
+def _user(source: str) -> dict:
+    ns: dict = {"__name__": "kgen_reference"}
+    exec(compile(source, "<problem>", "exec"), ns)
+    return ns
+
+
+def _meta_run(source: str):
+    """(Model, input, output) on the meta device."""
+    ns = _user(source)
+    with torch.device("meta"):
+        model = ns["Model"](*ns["get_init_inputs"]())
+        x = ns["get_inputs"]()[0]
+        return model, x, model(x)
+
+
+def _spec(source: str):
+    family, spec = match(load_problem(write_problem(source)))
+    assert family.NAME == NAME
+    return spec
+
+
+def check_spec(source: str, n_ops: int) -> None:
+    spec = _spec(source)
+    model, x, y = _meta_run(source)
+    conv_mod = model.conv
+    assert (spec.CI, spec.H, spec.W) == tuple(x.shape[1:])
+    assert (spec.CO, spec.HO, spec.WO) == tuple(y.shape[1:])
+    assert (spec.G, spec.KH, spec.KW, spec.SH, spec.SW, spec.DH, spec.DW) == (
+        conv_mod.groups, *conv_mod.kernel_size, *conv_mod.stride, *conv_mod.dilation)
+    if conv_mod.padding == "same":  # PyTorch pads the odd element of an even effective kernel on the right
+        assert (spec.PH, spec.PW) == tuple(d * (k - 1) // 2 for k, d in zip(conv_mod.kernel_size, conv_mod.dilation))
+    else:
+        assert (spec.PH, spec.PW) == ((0, 0) if conv_mod.padding == "valid" else tuple(conv_mod.padding))
+    has_bias = conv_mod.bias is not None
+    assert spec.HAS_BIAS == has_bias and spec.weight_name == "conv.weight"
+    assert spec.bias_name == ("conv.bias" if has_bias else None)
+    assert len(spec.program.nodes) == n_ops, str(spec.program)
+
+
+def check_program(source: str) -> None:
+    """The matched program applied to the float64 conv output equals the Model's float64 forward (constants are
+    float32 in the program, division by a constant a float32 reciprocal: hence rtol 1e-5, not 0)."""
+    spec = _spec(source)
+    ns = _user(source)
+    torch.manual_seed(0)
+    model = ns["Model"](*ns["get_init_inputs"]()).double()
+    with torch.device("meta"):
+        shape = ns["get_inputs"]()[0].shape
+    torch.manual_seed(1)
+    x = torch.randn(shape, dtype=torch.float64)
+    params = {**dict(model.named_parameters()), **dict(model.named_buffers())}
+    with torch.no_grad():
+        y = model.conv(x)
+        got = reference_forward(spec.program, y, params)[spec.program.output]
+        torch.testing.assert_close(got, model(x), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("cid", CASE, ids=list(CASE))
+def test_case_spec_and_program_match_the_model(cid):
+    check_spec(CASE[cid], CASE_OPS[cid])
+    check_program(CASE[cid])
+
+
+@pytest.mark.parametrize("i", range(len(RANDOM)))
+def test_random_problem_spec_and_program_match_the_model(i):
+    check_spec(*RANDOM[i])
+    check_program(RANDOM[i][0])
+
+
+@pytest.mark.parametrize("seed", range(100))
+def test_random_draws_are_valid_pytorch(seed):
+    model, x, y = _meta_run(random_problem(random.Random(seed)))
+    assert y.dim() == 4 and min(y.shape) >= 1
+
+
+def tf32_round(t: torch.Tensor) -> torch.Tensor:
+    """float32 rounded to TF32 (10 mantissa bits), to nearest with ties away from zero (cvt.rna.tf32.f32): add half
+    a TF32 ulp to the magnitude bits, clear the 13 low bits. Finite values rounding past the largest float become
+    inf, as in TF32; inf and NaN pass unchanged (the carry would corrupt a NaN)."""
+    t = t.float().contiguous()
+    rounded = ((t.view(torch.int32) + 0x1000) & -0x2000).view(torch.float32)
+    return torch.where(torch.isfinite(t), rounded, t)
+
+
+def test_tf32_round():
+    one_ulp = 2.0**-10  # TF32 keeps 10 mantissa bits
+    t = torch.tensor([1 + one_ulp / 2, 1 + one_ulp / 2 - 2.0**-23, -(1 + one_ulp / 2), 3.0, 0.0, -0.0,
+                      torch.finfo(torch.float32).max, math.inf, -math.inf, math.nan])
+    want = torch.tensor([1 + one_ulp, 1.0, -(1 + one_ulp), 3.0, 0.0, -0.0, math.inf, math.inf, -math.inf, math.nan])
+    torch.testing.assert_close(tf32_round(t), want, atol=0, rtol=0, equal_nan=True)
+    assert torch.signbit(tf32_round(t))[5]
+
+
+SHAPE, CONV = (2, 3, 16, 16), conv(3, 8, 3)
+RELU = ["x = torch.relu(self.conv(x))"]  # in scope; the refused op follows on its own line, so only its name matches
+
+
+@pytest.mark.parametrize("source,message", [
+    (conv_epilogue_problem(SHAPE, dict(CONV, padding=1, padding_mode="reflect"), CONV_IN + ["return torch.relu(x)"]), "reflect"),
+    (conv_epilogue_problem(SHAPE, CONV, RELU + ["return self.bn(x)"], ["self.bn = nn.BatchNorm2d(out_channels)"]), "BatchNorm2d"),
+    (conv_epilogue_problem(SHAPE, CONV, RELU + ["return torch.softmax(x, dim=1)"]), "softmax"),
+    (conv_epilogue_problem(SHAPE, CONV, RELU + ["return self.conv2(x)"], ["self.conv2 = nn.Conv2d(out_channels, out_channels, 1)"]),
+     r"self\.conv2\b"),
+    (conv_epilogue_problem(SHAPE, dict(CONV, dtype=torch.float64), CONV_IN + ["return torch.relu(x)"], dtype="float64"), "float64"),
+], ids=["padding_mode", "batchnorm", "softmax", "second_conv", "float64"])
+def test_out_of_scope_is_refused_naming_the_op(source, message):
+    with pytest.raises(Unsupported, match=message):
+        match(load_problem(write_problem(source)))
+
+
+@pytest.mark.parametrize("source", [
+    (REPO / "kgen" / "problems" / "conv2d_avgpool_sigmoid_sum.py").read_text(),
+    conv_problem((2, 3, 19, 17), CONV, dict(kernel_size=2), act="relu", reduce="mean"),
+], ids=["bundled", "relu_mean"])
+def test_conv_avgpool_act_reduce_keeps_its_family(source):
+    family, _ = match(load_problem(write_problem(source)))
+    assert family.NAME == "conv2d_avgpool_act_reduce"
+
+
+@pytest.mark.parametrize("cid", CASE, ids=list(CASE))
+def test_generated_model_mirrors_parameters_and_initialization(cid):
+    gen = emit.generate(write_problem(CASE[cid]))
+    assert set(gen.files) == {"model_new.py", "kernel.cu", "binding.cpp"}
+    ns: dict = {"__name__": "x"}
+    exec(compile(gen.files["model_new.py"], f"<{cid}/model_new.py>", "exec"), ns)  # the text alone; no GPU, no build
+    user = _user(CASE[cid])
+    init = user["get_init_inputs"]()
+    torch.manual_seed(0)
+    want = user["Model"](*init).state_dict()
+    torch.manual_seed(0)
+    got = ns["ModelNew"](*init).state_dict()
+    assert {k: v.shape for k, v in got.items()} == {k: v.shape for k, v in want.items()}
+    for k in want:
+        assert torch.equal(got[k], want[k]), f"{k} is initialized differently from Model's"
+
+
+# ------------------------------------------------------------------------------------------------------- GPU tier
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cid", ["relu", "groups2_gelu_tanh_div_param", "depthwise_hardswish", "pointwise_1x1_ci1_co70_chain"])
+def test_tf32_mode_matches_float64_of_tf32_rounded_operands(cid):
+    """With cudnn.allow_tf32 the kernels multiply TF32-rounded x and weight, exactly as float64 does, and accumulate
+    in float32: forward within 1e-4 of float64 on the rounded operands. The input gradient multiplies the rounded
+    gradient of the conv output, which the kernel rounds from its float32 value and the reference from its float64
+    value: the two may land one TF32 ulp (2^-10 relative) apart, hence 1e-3 there."""
+    model, new, shape = setup_problem(CASE[cid])
+    torch.manual_seed(1)
+    x = torch.randn(shape, device="cuda", requires_grad=True)
+    ref = copy.deepcopy(model).double()
+    with torch.no_grad():
+        ref.conv.weight.copy_(tf32_round(model.conv.weight))
+    x64 = tf32_round(x.detach()).double().requires_grad_(True)
+    conv_out = []
+    hook = ref.conv.register_forward_hook(lambda mod, args, out: conv_out.append(out))
+    y64 = ref(x64)
+    hook.remove()
+    allow = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = True
+    try:
+        y = new(x)
+        g = torch.randn_like(y)
+        y.backward(g)
+    finally:
+        torch.backends.cudnn.allow_tf32 = allow
+    torch.testing.assert_close(y.double(), y64, atol=1e-4, rtol=1e-4)
+    (g_conv,) = torch.autograd.grad(y64, conv_out[0], g.double(), retain_graph=True)
+    (gx,) = torch.autograd.grad(conv_out[0], x64, tf32_round(g_conv).double())
+    torch.testing.assert_close(x.grad.double(), gx, atol=1e-3, rtol=1e-3)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cid", ["channel_bias_add_tanh", "depthwise_hardswish"])
+def test_backward_is_bitwise_deterministic(cid):
+    model, new, shape = setup_problem(CASE[cid])
+    x = torch.randn(shape, device="cuda", requires_grad=True)
+    g = torch.randn_like(new(x))
+    runs = []
+    for _ in range(2):
+        x.grad = None
+        new.zero_grad(set_to_none=True)
+        new(x).backward(g)
+        runs.append([x.grad.clone()] + [p.grad.clone() for p in new.parameters()])
+    assert len(runs[0]) >= 3  # x, conv weight, conv bias (+ the extra parameter)
+    for (name, _), a, b in zip([("x", None), *new.named_parameters()], *runs):
+        assert torch.equal(a, b), f"{name}.grad differs between two identical backward passes"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("batch", [1, 5])
+def test_batch_is_a_runtime_value(batch):
+    model, new, shape = setup_problem(CASE["hardswish_dag"])
+    assert shape[0] == 2
+    x = torch.randn((batch,) + shape[1:], device="cuda", requires_grad=True)
+    xr = x.detach().clone().requires_grad_(True)
+    ref, out = model(xr), new(x)
+    torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4)
+    g = torch.randn_like(ref)
+    ref.backward(g)
+    out.backward(g)
+    torch.testing.assert_close(x.grad, xr.grad, atol=1e-4, rtol=1e-4)
+    for (name, p), (_, pr) in zip(new.named_parameters(), model.named_parameters()):
+        torch.testing.assert_close(p.grad, pr.grad, atol=1e-4, rtol=1e-4, msg=lambda m: f"{name}: {m}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("bad", ["channels", "height", "float64", "cpu"])
+def test_bad_input_names_what_is_wrong(bad):
+    model, new, (n, c, h, w) = setup_problem(HARDENING)
+    want = rf"but this module was generated for \[N, {c}, {h}, {w}\]"
+    x, message = {
+        "channels": (torch.rand(n, c + 1, h, w, device="cuda"), rf"has shape \[{n}, {c + 1}, {h}, {w}\] {want}"),
+        "height": (torch.rand(n, c, h + 3, w, device="cuda"), rf"has shape \[{n}, {c}, {h + 3}, {w}\] {want}"),
+        "float64": (torch.rand(n, c, h, w, device="cuda", dtype=torch.float64), "must be float32, got float64"),
+        "cpu": (torch.rand(n, c, h, w), "must be a CUDA tensor, got device cpu"),
+    }[bad]
+    with pytest.raises((RuntimeError, ValueError), match=message):
+        new(x)
