@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # One device call made of named, time-boxed stages; each stage's log goes to $OUT/<stage>.log and its last line(s)
 # to the summary printed at the end. Usage: bash tests/device/stages.sh STAGE [STAGE ...]
-# Stages: import build build80 gpu gpu80 slow percall sweep bench bench80 benchpool benchpool_nc
+# Stages: import build build80 gpu gpu80 slow percall sweep bench bench80 benchpool benchpool_nc benchconv
 #   import: kgen generate, then a cold and a warm import of a generated module (tests/device/import_timing.py)
-#   build / build80: every GPU-test extension, 16 jobs (Hopper path / KGEN_FORCE_SM80=1, each with its own cache)
+#   build / build80: every GPU-test extension (FAMILY: one family's), 16 jobs (Hopper path / KGEN_FORCE_SM80=1, each with its own cache)
 #   gpu / gpu80: the GPU tier on that path (GPU_K: a pytest -k expression); slow: the full-size tests
-#   percall: tests/device/per_call.py; sweep: 60 random pool problems; bench / bench80: the bundled problems
+#   percall: tests/device/per_call.py; sweep: SWEEP_N (60) random problems of FAMILY (pool); bench / bench80: the bundled problems
 #   benchpool (benchpool_nc: without torch.compile): tests/bench/bench_pool.py --quick (POOL_ONLY: names)
+#   benchconv: tests/bench/bench_conv2d_epilogue.py --quick, TF32 off and allowed (BENCH_ONLY: names)
 # Build first in the same call (or on the same warm machine): the GPU tests then load from the cache.
 # Environment: KGEN_CACHE_DIR per path (sm90 / sm80), KGEN_TEST_GEN_DIR shared.
 set -u
@@ -26,7 +27,7 @@ run() {  # name seconds command...
     grep -E "^(FAILED|ERROR|GPU FAIL|BUILD FAIL|RENDER FAIL)| FAILED|cases where" "$OUT/$name.log" | head -20; } | tee -a "$SUMMARY"
 }
 build() {  # log-name path
-  path "$2"; run "$1" 200 python3 tests/device/prebuild.py 16
+  path "$2"; run "$1" 200 python3 tests/device/prebuild.py 16 ${FAMILY:-}
 }
 tier() {  # log-name path: the GPU tier except multi-GPU and full-size tests (GPU_K: a pytest -k expression)
   path "$2"; run "$1" "${GPU_SECS:-330}" python3 -m pytest -v --durations=25 -m "gpu and not multigpu and not slow" \
@@ -43,10 +44,11 @@ for stage in "$@"; do
     gpu80) tier gpu80 sm80 ;;
     slow) path sm90; run slow 300 python3 -m pytest -q -m "gpu and slow and not multigpu" -p no:cacheprovider tests/ ;;
     percall) path sm90; run percall ${PERCALL_SECS:-200} python3 tests/device/per_call.py --csv "$OUT/per_call.csv" ;;
-    sweep) path sm90; run sweep 330 python3 tests/dev/sweep.py --gpu --n 60 --family pool --seed ${SWEEP_SEED:-7} ;;
+    sweep) path sm90; run sweep ${SWEEP_SECS:-330} python3 tests/dev/sweep.py --gpu --n ${SWEEP_N:-60} --family ${FAMILY:-pool} --seed ${SWEEP_SEED:-7} ;;
     bench) path sm90; for p in $BUNDLED; do run "bench_$(basename $p .py)" 150 python3 -m kgen bench "$p" --per-call --csv "$OUT/bench.csv"; done ;;
     bench80) path sm80; for p in $BUNDLED; do run "bench80_$(basename $p .py)" 90 python3 -m kgen bench "$p" --no-compile --per-call --csv "$OUT/bench.csv"; done ;;
     benchpool) path sm90; run benchpool 420 python3 tests/bench/bench_pool.py --quick --csv "$OUT/bench.csv" ${POOL_ONLY:+--only $POOL_ONLY} ;;
+    benchconv) path sm90; run benchconv ${BENCH_SECS:-420} python3 tests/bench/bench_conv2d_epilogue.py --quick --csv "$OUT/bench.csv" ${BENCH_ONLY:+--only $BENCH_ONLY} ;;
     benchpool_nc) path sm90; run benchpool 240 python3 tests/bench/bench_pool.py --quick --no-compile --csv "$OUT/bench.csv" ${POOL_ONLY:+--only $POOL_ONLY} ;;
     *) echo "unknown stage $stage" | tee -a "$SUMMARY" ;;
   esac

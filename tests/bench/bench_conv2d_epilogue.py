@@ -1,0 +1,77 @@
+"""Benchmark the conv2d_epilogue family at issue 9's sizes: each problem file is written into a temporary folder and
+timed by `kgen.bench` (eager, torch.compile and kgen; forward and forward+backward), with TF32 off and with TF32
+allowed (PyTorch's default for convolutions), appending rows to a CSV.
+
+Usage (GPU): python tests/bench/bench_conv2d_epilogue.py [--quick] [--no-compile] [--mode off|tf32|both]
+             [--only NAME ...] [--csv docs/bench.csv]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from kgen import bench  # noqa: E402
+
+# name -> (Conv2d arguments, forward body after `y = self.conv(x)`, extra __init__ lines, input shape)
+PROBLEMS = {
+    "conv3x3_relu_bias": ("32, 64, 3, padding=1", "return torch.relu(y) + self.bias",
+                          ["self.bias = nn.Parameter(torch.randn(64, 1, 1))"], (64, 32, 192, 192)),
+    "conv3x3_sub_hardswish": ("16, 64, 3", "return F.hardswish(y - 0.5)", [], (64, 16, 256, 256)),
+    "depthwise3x3": ("96, 96, 3, padding=1, groups=96", "return y", [], (32, 96, 160, 160)),
+    "conv3x5_dilated": ("64, 128, (3, 5), dilation=(2, 1)", "return y", [], (16, 64, 200, 160)),
+}
+
+
+def problem_source(conv: str, body: str, init: list[str], shape: tuple) -> str:
+    extra = "".join(f"        {line}\n" for line in init)
+    return f'''import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d({conv})
+{extra}
+    def forward(self, x):
+        y = self.conv(x)
+        {body}
+
+
+def get_inputs():
+    return [torch.rand({", ".join(map(str, shape))})]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="2 warm-up calls and 5 samples per measurement")
+    ap.add_argument("--no-compile", action="store_true", help="skip torch.compile")
+    ap.add_argument("--mode", choices=("off", "tf32", "both"), default="both", help="TF32 off, allowed, or both")
+    ap.add_argument("--only", nargs="*", default=None, help="problem names (default: all)")
+    ap.add_argument("--csv", type=Path, default=None, help="append rows to this CSV")
+    a = ap.parse_args(argv)
+    warmup, reps = (2, 5) if a.quick else (5, 20)
+    folder = Path(tempfile.mkdtemp(prefix="kgen_bench_conv_"))
+    modes = {"off": [False], "tf32": [True], "both": [False, True]}[a.mode]
+    for name in a.only or list(PROBLEMS):
+        path = folder / f"{name}.py"
+        path.write_text(problem_source(*PROBLEMS[name]))
+        for tf32 in modes:
+            bench.run(path, warmup=warmup, reps=reps, with_compile=not a.no_compile, csv=a.csv, tf32=tf32)
+            print(flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
