@@ -24,6 +24,7 @@ import torch
 
 from kgen import emit
 from kgen.errors import Unsupported
+from kgen.families import conv2d_epilogue as fam
 from kgen.pointwise import reference_forward
 from kgen.problem import load_problem
 from kgen.spec import match
@@ -438,17 +439,20 @@ def test_generated_model_mirrors_parameters_and_initialization(cid):
 @pytest.mark.gpu
 @pytest.mark.parametrize("cid", ["relu", "groups2_gelu_tanh_div_param", "depthwise_hardswish", "pointwise_1x1_ci1_co70_chain"])
 def test_tf32_mode_matches_float64_of_tf32_rounded_operands(cid):
-    """With cudnn.allow_tf32 the kernels multiply TF32-rounded x and weight, exactly as float64 does, and accumulate
-    in float32: forward within 1e-4 of float64 on the rounded operands. The input gradient multiplies the rounded
-    gradient of the conv output, which the kernel rounds from its float32 value and the reference from its float64
-    value: the two may land one TF32 ulp (2^-10 relative) apart, hence 1e-3 there."""
+    """With cudnn.allow_tf32 the GEMM kernels multiply TF32-rounded x and weight, exactly as float64 does, and
+    accumulate in float32: forward within 1e-4 of float64 on the rounded operands. The input gradient multiplies the
+    rounded gradient of the conv output, which the kernel rounds from its float32 value and the reference from its
+    float64 value: the two may land one TF32 ulp (2^-10 relative) apart, hence 1e-3 there. The direct kernels (one
+    input channel per group: depthwise_hardswish, pointwise_1x1_ci1_co70_chain) compute in float32 in both modes, as
+    cuDNN's depthwise kernels do, so their reference rounds nothing."""
     model, new, shape = setup_problem(CASE[cid])
+    rnd = (lambda t: t) if fam.derive(_spec(CASE[cid]))["DIRECT"] else tf32_round
     torch.manual_seed(1)
     x = torch.randn(shape, device="cuda", requires_grad=True)
     ref = copy.deepcopy(model).double()
     with torch.no_grad():
-        ref.conv.weight.copy_(tf32_round(model.conv.weight))
-    x64 = tf32_round(x.detach()).double().requires_grad_(True)
+        ref.conv.weight.copy_(rnd(model.conv.weight))
+    x64 = rnd(x.detach()).double().requires_grad_(True)
     conv_out = []
     hook = ref.conv.register_forward_hook(lambda mod, args, out: conv_out.append(out))
     y64 = ref(x64)
@@ -463,7 +467,7 @@ def test_tf32_mode_matches_float64_of_tf32_rounded_operands(cid):
         torch.backends.cudnn.allow_tf32 = allow
     torch.testing.assert_close(y.double(), y64, atol=1e-4, rtol=1e-4)
     (g_conv,) = torch.autograd.grad(y64, conv_out[0], g.double(), retain_graph=True)
-    (gx,) = torch.autograd.grad(conv_out[0], x64, tf32_round(g_conv).double())
+    (gx,) = torch.autograd.grad(conv_out[0], x64, rnd(g_conv).double())
     torch.testing.assert_close(x.grad.double(), gx, atol=1e-3, rtol=1e-3)
 
 
@@ -514,3 +518,13 @@ def test_bad_input_names_what_is_wrong(bad):
     }[bad]
     with pytest.raises((RuntimeError, ValueError), match=message):
         new(x)
+
+
+@pytest.mark.parametrize("cid,direct", [("depthwise_hardswish", True), ("pointwise_1x1_ci1_co70_chain", True),
+                                        ("groups2_gelu_tanh_div_param", False), ("relu", False)])
+def test_one_input_channel_per_group_takes_the_direct_kernels(cid, direct):
+    """Depthwise and one-channel-input convolutions reduce over only the taps: direct kernels, not GEMM tiles."""
+    spec = _spec(CASE[cid])
+    assert fam.derive(spec)["DIRECT"] is direct and (spec.CI // spec.G == 1) is direct
+    src = emit.generate(write_problem(CASE[cid])).files["kernel.cu"]
+    assert ("direct_forward<<<" in src) is direct

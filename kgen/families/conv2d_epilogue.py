@@ -44,6 +44,7 @@ STAGES = 3  # cp.async pipeline depth
 WG_TARGET_CTAS = 1024  # grad_w: split (n, oh, ow) until about this many CTAs run
 WG_MIN_CHUNK = 256  # ... but never below this many (n, oh, ow) values per split
 EB_TARGET_BLOCKS = 1024  # the adjoint kernel: about this many (channel, image range) blocks
+DIRECT_TAPS_MAX = 49  # one input channel per group and at most this many taps: the direct kernels (registers per tap)
 TAB_MAX = 4096  # tap tables (8 bytes a tap, two per module) up to this many taps live in constant memory
 
 
@@ -186,6 +187,12 @@ def gemm_tile(rows: int, cols: int, max_rows: int = 128) -> dict:
     return dict(BM=bm, BN=bn, WARPS_M=wm, WARPS_N=wn, LDA=lda, LDB=ldb, THREADS=32 * wm * wn)
 
 
+def direct(spec: Spec) -> bool:
+    """Direct kernels (float32 FMA per output, input gradient and weight tap) instead of GEMMs: one input channel per
+    group (depthwise, or a one-channel input), where the GEMM's reduction would be only the KH*KW taps."""
+    return spec.CI // spec.G == 1 and spec.KH * spec.KW <= DIRECT_TAPS_MAX
+
+
 def tap_table(channels: int, spec: Spec, tile_k: int) -> list[tuple[int, int]]:
     """Taps k = (c, kh, kw) in reduction order as (c, kh*DH << 16 | kw*DW), padded with zeros to a multiple of the
     GEMM tiles' k extent (which also bounds grad_w's j tiles); empty when there are more than TAB_MAX taps."""
@@ -224,7 +231,7 @@ def derive(spec: Spec) -> dict:
         EB_TARGET_BLOCKS=EB_TARGET_BLOCKS, **tiles,
         fwd_lines=list(fwd.lines), fwd_result=fwd.result, bwd_lines=list(bwd.lines), bwd_result=bwd.result,
         needs_z=needs_z, write_gz=bool(s.program.live()), NRED=len(red_terms), red_terms=red_terms,
-        red_outputs=red_outputs, TAB_MAX=TAB_MAX,
+        red_outputs=red_outputs, TAB_MAX=TAB_MAX, DIRECT=direct(s),
         tap_tables=[dict(name="X", entries=tap_table(cig, s, max(BK, tiles["WG"]["BN"]))),
                     dict(name="Y", entries=tap_table(cog, s, BK))],
         params=[dict(c=f"p{i}", name=p.name, scalar=p.broadcast == "scalar", shape=list(p.shape),
@@ -240,6 +247,15 @@ def context(spec: Spec) -> dict:
 def describe(spec: Spec) -> list[str]:
     d = derive(spec)
     f, dg, wg = d["F"], d["D"], d["WG"]
+    if d["DIRECT"]:
+        return [
+            f"program after the convolution: {spec.program}" if spec.program.nodes else "no program: a lone convolution",
+            f"one input channel per group ({spec.G} groups of {d['COG']} out channels, {spec.KH}x{spec.KW} taps): direct",
+            "kernels with float32 FMAs (a GEMM's reduction would be only the taps), in both TF32 modes as cuDNN's depthwise",
+            "kernels: forward one thread per output with the program applied; grad_x one thread per input element;",
+            "grad_w per (channel, image range) block sums reduced in a fixed order, then added over ranges in order.",
+            f"Training saves z = conv(x) + bias only when the derived backward reads it ({'it does' if d['needs_z'] else 'it does not'} here).",
+        ]
     return [
         f"program after the convolution: {spec.program}" if spec.program.nodes else "no program: a lone convolution",
         f"forward: implicit GEMM (positions x {d['COG']} out channels x {d['KTOT']}) per group, {f['BM']}x{f['BN']} CTA tiles,",
