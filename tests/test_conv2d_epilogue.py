@@ -424,13 +424,14 @@ def test_generated_model_mirrors_parameters_and_initialization(cid):
     exec(compile(gen.files["model_new.py"], f"<{cid}/model_new.py>", "exec"), ns)  # the text alone; no GPU, no build
     user = _user(CASE[cid])
     init = user["get_init_inputs"]()
-    torch.manual_seed(0)
-    want = user["Model"](*init).state_dict()
-    torch.manual_seed(0)
-    got = ns["ModelNew"](*init).state_dict()
-    assert {k: v.shape for k, v in got.items()} == {k: v.shape for k, v in want.items()}
-    for k in want:
-        assert torch.equal(got[k], want[k]), f"{k} is initialized differently from Model's"
+    for seed in (0, 42):  # kgen replays the draws under seeds 0 and 1; 42 is one it never saw
+        torch.manual_seed(seed)
+        want = user["Model"](*init).state_dict()
+        torch.manual_seed(seed)
+        got = ns["ModelNew"](*init).state_dict()
+        assert {k: v.shape for k, v in got.items()} == {k: v.shape for k, v in want.items()}
+        for k in want:
+            assert torch.equal(got[k], want[k]), f"{k} is initialized differently from Model's under seed {seed}"
 
 
 # ------------------------------------------------------------------------------------------------------- GPU tier
@@ -528,3 +529,31 @@ def test_one_input_channel_per_group_takes_the_direct_kernels(cid, direct):
     assert fam.derive(spec)["DIRECT"] is direct and (spec.CI // spec.G == 1) is direct
     src = emit.generate(write_problem(CASE[cid])).files["kernel.cu"]
     assert ("direct_forward<<<" in src) is direct
+
+
+@pytest.mark.parametrize("init,expr", [
+    (["self.scale = nn.Parameter(torch.ones(out_channels, 1, 1) * 0.5)"], "torch.full((8, 1, 1), 0.5)"),
+    (["self.scale = nn.Parameter(torch.rand(out_channels, 1, 1) * 2 - 1)"], "torch.rand((8, 1, 1)) * 2.0 + -1.0"),
+    (["self.scale = nn.Parameter(torch.randn(()) * 0.1)"], "torch.randn(()) * 0.1"),
+])
+def test_initialization_recipes_are_found_in_models_draw_order(init, expr):
+    """The scale is created after the conv, so ModelNew must draw the conv first and then this exact recipe."""
+    src = conv_epilogue_problem((2, 3, 12, 13), conv(3, 8, 3), CONV_IN + ["return x * self.scale"], init)
+    spec = _spec(src)
+    plan = fam.init_plan(spec, load_problem(write_problem(src)))
+    assert plan == [dict(kind="conv"), dict(kind="tensor", name="scale", expr=expr)]
+
+
+def test_unknown_initialization_warns_and_keeps_the_state_dict_layout():
+    """A custom init kgen cannot replay (xavier on the weight) gives a warning naming the way out (load Model's
+    state_dict), and ModelNew still has Model's parameter names and shapes."""
+    src = conv_epilogue_problem((2, 3, 12, 13), conv(3, 8, 3), CONV_IN + ["return torch.relu(x)"],
+                                ["nn.init.xavier_uniform_(self.conv.weight)"])
+    with pytest.warns(UserWarning, match="load Model's state_dict"):
+        gen = emit.generate(write_problem(src))
+    ns: dict = {"__name__": "x"}
+    exec(compile(gen.files["model_new.py"], "<model_new.py>", "exec"), ns)
+    user = _user(src)
+    want = user["Model"](*user["get_init_inputs"]()).state_dict()
+    got = ns["ModelNew"](*user["get_init_inputs"]()).state_dict()
+    assert {k: v.shape for k, v in got.items()} == {k: v.shape for k, v in want.items()}

@@ -21,7 +21,7 @@ import itertools
 import math
 import warnings
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.fx as fx
@@ -291,64 +291,104 @@ def _literals(v: float) -> list[float]:
     return out
 
 
-def _recipe(target: torch.Tensor) -> str | None:
-    """An expression that draws target from the global generator's current state (and advances it as Model did),
-    among a constant fill and torch.randn / torch.rand scaled and shifted by literals."""
+SEEDS = (0, 1)  # Model's initialization is replayed under two seeds: a recipe must reproduce both
+
+
+def _options(target: torch.Tensor, state: torch.Tensor) -> list[tuple[str, Callable[[], torch.Tensor]]]:
+    """Candidate recipes for target (drawn from the global generator at `state` under the first seed): a constant
+    fill, and torch.randn / torch.rand scaled and shifted by short literals fitted to the first seed's draw. Each is
+    (expression text, a function computing exactly that expression from the global generator)."""
     shape = tuple(target.shape)
     flat = target.detach().flatten()
+    out: list[tuple[str, Callable[[], torch.Tensor]]] = []
     if flat.numel() and bool((flat == flat[0]).all()):
-        return f"torch.full({shape!r}, {float(flat[0])!r})"
-    state = torch.get_rng_state()
-    for base in ("randn", "rand"):
+        v = float(flat[0])
+        out.append((f"torch.full({shape!r}, {v!r})", lambda: torch.full(shape, v)))
+    for name in ("randn", "rand"):
+        base = getattr(torch, name)
+        call = f"torch.{name}({shape!r})"
         torch.set_rng_state(state)
-        r = getattr(torch, base)(shape)
-        rf, call = r.flatten(), f"torch.{base}({shape!r})"
-        candidates = [(call, r)]
+        rf = base(shape).flatten()
+        out.append((call, lambda base=base: base(shape)))
+        if not rf.numel():
+            continue
         if rf.numel() >= 2 and float(rf[1] - rf[0]) != 0.0:
             a0 = float(flat[1] - flat[0]) / float(rf[1] - rf[0])
             b0 = float(flat[0]) - a0 * float(rf[0])
-            candidates += [(f"{call} * {a!r}", r * a) for a in _literals(a0)]
-            candidates += [(f"{call} + {b!r}", r + b) for b in _literals(b0)]
-            candidates += [(f"{call} * {a!r} + {b!r}", r * a + b) for a in _literals(a0) for b in _literals(b0)]
-        elif rf.numel() == 1 and float(rf[0]) != 0.0:
-            candidates += [(f"{call} * {a!r}", r * a) for a in _literals(float(flat[0]) / float(rf[0]))]
-        for expr, value in candidates:
-            if torch.equal(value, target):
-                return expr
-    torch.set_rng_state(state)
+        else:  # one element: a scale alone or a shift alone
+            a0 = float(flat[0]) / float(rf[0]) if float(rf[0]) != 0.0 else 1.0
+            b0 = float(flat[0]) - float(rf[0])
+        out += [(f"{call} * {a!r}", lambda base=base, a=a: base(shape) * a) for a in _literals(a0)]
+        out += [(f"{call} + {b!r}", lambda base=base, b=b: base(shape) + b) for b in _literals(b0)]
+        if rf.numel() >= 2:
+            out += [(f"{call} * {a!r} + {b!r}", lambda base=base, a=a, b=b: base(shape) * a + b)
+                    for a in _literals(a0) for b in _literals(b0)]
+    return out
+
+
+def _recipe(targets: list[torch.Tensor], states: list[torch.Tensor]) -> tuple[str, list[torch.Tensor]] | None:
+    """The first candidate that, run from each seed's generator state, gives that seed's target; with the states
+    after it (None when no candidate does)."""
+    for expr, draw in _options(targets[0], states[0]):
+        after = []
+        for target, state in zip(targets, states):
+            torch.set_rng_state(state)
+            if not torch.equal(draw(), target):
+                break
+            after.append(torch.get_rng_state())
+        else:
+            return expr, after
     return None
+
+
+def _model_tensors(spec: Spec, problem: Problem, seed: int) -> dict[str, torch.Tensor]:
+    torch.manual_seed(seed)
+    model = problem.namespace["Model"](*problem.init_args)
+    names = [spec.weight_name] + ([spec.bias_name] if spec.bias_name else []) + [p.name for p in spec.params]
+    return {name: _attr(model, name).detach().float() for name in names}
 
 
 def init_plan(spec: Spec, problem: Problem) -> list[dict] | None:
     """The order of draws that reproduces Model's parameters under any seed: 'conv' (weight, then bias, drawn as
-    nn.Conv2d draws them) and one expression per program tensor, found by replaying Model's draws from seed 0
+    nn.Conv2d draws them) and one expression per program tensor, found by replaying Model's draws under two seeds
     (None when no order and no recipes match)."""
     numel = spec.CO * spec.CI // spec.G * spec.KH * spec.KW
     if numel > 1 << 24:
         return None
-    torch.manual_seed(0)
-    model = problem.namespace["Model"](*problem.init_args)
-    want_w = _attr(model, spec.weight_name).detach()
-    want_b = _attr(model, spec.bias_name).detach() if spec.bias_name else None
-    want = {p.name: _attr(model, p.name).detach().float() for p in spec.params}
+    saved = torch.get_rng_state()
+    wants = [_model_tensors(spec, problem, seed) for seed in SEEDS]
     items = ["conv"] + [p.name for p in spec.params]
+    found = None
     for order in itertools.permutations(items) if len(items) <= 5 else [tuple(items)]:
-        torch.manual_seed(0)
+        states = []
+        for seed in SEEDS:
+            torch.manual_seed(seed)
+            states.append(torch.get_rng_state())
         plan: list[dict] = []
         for item in order:
             if item == "conv":
-                w, b = _conv_draw(spec)
-                if not torch.equal(w, want_w) or (b is not None and not torch.equal(b, want_b)):
-                    break
-                plan.append(dict(kind="conv"))
-            else:
-                expr = _recipe(want[item])
-                if expr is None:
-                    break
-                plan.append(dict(kind="tensor", name=item, expr=expr))
+                after = []
+                for want, state in zip(wants, states):
+                    torch.set_rng_state(state)
+                    w, b = _conv_draw(spec)
+                    if not torch.equal(w, want[spec.weight_name]) or (b is not None and not torch.equal(b, want[spec.bias_name])):
+                        break
+                    after.append(torch.get_rng_state())
+                else:
+                    states = after
+                    plan.append(dict(kind="conv"))
+                    continue
+                break
+            got = _recipe([want[item] for want in wants], states)
+            if got is None:
+                break
+            plan.append(dict(kind="tensor", name=item, expr=got[0]))
+            states = got[1]
         else:
-            return plan
-    return None
+            found = plan
+            break
+    torch.set_rng_state(saved)
+    return found
 
 
 def module_context(spec: Spec, problem: Problem) -> dict:
