@@ -6,6 +6,8 @@ Times are CUDA-event medians after warm-up, forward and forward+backward, with k
 
 from __future__ import annotations
 
+import argparse
+
 import csv as csv_mod
 import datetime
 import statistics
@@ -186,3 +188,18 @@ def run(problem: Path, warmup: int = 5, reps: int = 20, with_compile: bool = Tru
                             f"{bw:.0f}", f"{floor_fwd:.4f}", f"{floor_train:.4f}", f"{r['fwd_call_ms']:.4f}",
                             f"{r['train_call_ms']:.4f}"])
     return rows
+
+
+def script_parser(doc: str) -> argparse.ArgumentParser:
+    """The options every benchmark script under tests/bench/ shares (--quick, --no-compile, --only, --csv)."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="2 warm-up calls and 5 samples per measurement")
+    ap.add_argument("--no-compile", action="store_true", help="skip torch.compile")
+    ap.add_argument("--only", nargs="*", default=None, help="problem names (default: all)")
+    ap.add_argument("--csv", type=Path, default=None, help="append rows to this CSV")
+    return ap
+
+
+def samples(quick: bool) -> tuple[int, int]:
+    """(warm-up calls, timed samples) for a benchmark script."""
+    return (2, 5) if quick else (5, 20)

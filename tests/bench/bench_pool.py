@@ -8,7 +8,6 @@ Usage (GPU): python tests/bench/bench_pool.py [--quick] [--no-compile] [--only N
 
 from __future__ import annotations
 
-import argparse
 import sys
 import tempfile
 from pathlib import Path
@@ -55,14 +54,10 @@ def get_init_inputs():
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="2 warm-up calls and 5 samples per measurement")
-    ap.add_argument("--no-compile", action="store_true", help="skip torch.compile")
-    ap.add_argument("--only", nargs="*", default=None, help="problem names (default: all)")
-    ap.add_argument("--csv", type=Path, default=None, help="append rows to this CSV")
+    ap = bench.script_parser(__doc__)
     a = ap.parse_args(argv)
     names = a.only or list(PROBLEMS)
-    warmup, reps = (2, 5) if a.quick else (5, 20)
+    warmup, reps = bench.samples(a.quick)
     folder = Path(tempfile.mkdtemp(prefix="kgen_bench_pool_"))  # file stems are the problem names above
     for name in names:
         module, shape, dtype = PROBLEMS[name]
