@@ -107,6 +107,13 @@ def test_groups_refused():
         match(load_problem(write_problem(src)))
 
 
+def test_asymmetric_same_padding_refused():
+    """padding='same' with an even kernel pads one more after; this family's kernels pad symmetrically."""
+    src = conv_problem((2, 4, 16, 16), dict(in_channels=4, out_channels=8, kernel_size=4, padding="same"), dict(kernel_size=2))
+    with pytest.raises(KgenError, match=r"pads \(1, 1\) before and \(2, 2\) after"):
+        match(load_problem(write_problem(src)))
+
+
 @pytest.mark.parametrize("seed", [0, 7])
 def test_parameters_have_models_names_and_initialization(seed):
     import runpy
