@@ -7,7 +7,6 @@ Times are CUDA-event medians after warm-up, forward and forward+backward, with k
 from __future__ import annotations
 
 import argparse
-
 import csv as csv_mod
 import datetime
 import statistics

@@ -8,7 +8,10 @@ everywhere: ``kgen/families/<NAME>.py``, ``templates/<NAME>/``, ``tests/test_<NA
 
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping, Protocol, runtime_checkable
+
+import torch
 
 from kgen.ops import Op
 from kgen.problem import Problem
@@ -55,7 +58,20 @@ def attr_expr(path: str) -> str:
     return expr
 
 
-def holders(path: str) -> list[str]:
-    """The qualified names of the modules that hold the attribute at path ("a.b.w": "a", "a.b")."""
-    parts = path.split(".")[:-1]
-    return [".".join(parts[: i + 1]) for i in range(len(parts))]
+def holder_modules(paths: list[str]) -> list[tuple[str, str]]:
+    """The (parent, name) of every module that holds one of the attributes at paths, parents first ("a.b.w":
+    ("", "a"), ("a", "b")): ModelNew creates them as empty nn.Modules so its parameters keep Model's names."""
+    held = {".".join(p.split(".")[: i + 1]) for p in paths for i in range(p.count("."))}
+    return [(h.rpartition(".")[0], h.rpartition(".")[2]) for h in sorted(held)]
+
+
+def conv2d_default_init(out_channels: int, in_per_group: int, kh: int, kw: int, bias: bool
+                        ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """nn.Conv2d's default parameters, drawn from the global generator as nn.Conv2d draws them: the weight
+    (kaiming_uniform_, a=sqrt(5)), then the bias (uniform within 1/sqrt(fan_in))."""
+    w = torch.empty(out_channels, in_per_group, kh, kw)
+    torch.nn.init.kaiming_uniform_(w, a=math.sqrt(5))
+    if not bias:
+        return w, None
+    bound = 1 / math.sqrt(in_per_group * kh * kw)
+    return w, torch.empty(out_channels).uniform_(-bound, bound)

@@ -331,6 +331,13 @@ def _param_broadcast(pshape: tuple[int, ...], shape: tuple[int, ...], what: str)
                       "scalar and per-channel ((C,1,1) or (1,C,1,1)) parameters")
 
 
+def attribute(obj: Any, path: str) -> Any:
+    """The attribute at a qualified path ("block.scale") of a module."""
+    for part in path.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
 def _operand(v: Any, gm: fx.GraphModule, shape: tuple[int, ...], at: str, label: str) -> Any:
     """A binary op's operand: a float (a Python number, or a 0-d tensor constant PyTorch captured while tracing),
     a param Ref (a parameter or buffer of the model, by qualified name), or a Value (a tensor computed in forward)."""
@@ -340,9 +347,7 @@ def _operand(v: Any, gm: fx.GraphModule, shape: tuple[int, ...], at: str, label:
         raise Unsupported(f"{at}: {label} operand {v!r} is neither a tensor nor a number")
     if v.op != "get_attr":
         return Value(v.name)
-    t: Any = gm
-    for part in v.target.split("."):
-        t = getattr(t, part)
+    t = attribute(gm, v.target)
     if not isinstance(t, torch.Tensor):
         raise Unsupported(f"{at}: {label} reads self.{v.target}, which is not a tensor")
     if re.fullmatch(r"_tensor_constant\d+", v.target) and t.device.type != "meta":

@@ -15,14 +15,13 @@ run the remaining skinny GEMM (positions x out_channels x in_channels*KH*KW) on 
 
 from __future__ import annotations
 
-import math
 import warnings
 from dataclasses import dataclass
 
 import torch
 
 from kgen.errors import Unsupported
-from kgen.family import attr_expr, holders
+from kgen.family import attr_expr, conv2d_default_init, holder_modules
 from kgen.problem import Problem
 from kgen.geometry import ceil_div, conv_out_size, pool_out_size
 from kgen.ops import Op
@@ -244,13 +243,8 @@ def reference_init_matches(spec: Spec, problem: Problem) -> bool:
     model = problem.namespace["Model"](*problem.init_args)
     state = model.state_dict()
     torch.manual_seed(0)
-    w = torch.empty(spec.CO, spec.CI, spec.KH, spec.KW)
-    torch.nn.init.kaiming_uniform_(w, a=math.sqrt(5))
-    ok = torch.equal(state[spec.weight_name], w)
-    if spec.HAS_BIAS:
-        bound = 1 / math.sqrt(spec.CI * spec.KH * spec.KW)
-        ok = ok and torch.equal(state[spec.bias_name], torch.empty(spec.CO).uniform_(-bound, bound))
-    return ok
+    w, b = conv2d_default_init(spec.CO, spec.CI, spec.KH, spec.KW, spec.HAS_BIAS)
+    return torch.equal(state[spec.weight_name], w) and (b is None or torch.equal(state[spec.bias_name], b))
 
 
 def module_context(spec: Spec, problem: Problem) -> dict:
@@ -258,9 +252,8 @@ def module_context(spec: Spec, problem: Problem) -> dict:
         warnings.warn(f"{problem.path.name}: Model initializes {spec.weight_name} differently from nn.Conv2d's default; "
                       "ModelNew uses the default, so load Model's state_dict into it for equal parameters", stacklevel=2)
     module_path = spec.weight_name.rsplit(".", 1)[0]
-    held = sorted(set(holders(spec.weight_name)))
     return {
-        "holders": [(p.rsplit(".", 1)[0] if "." in p else "", p.rsplit(".", 1)[-1]) for p in held],
+        "holders": holder_modules([spec.weight_name]),
         "conv_expr": attr_expr(module_path),
         "fan_in": spec.CI * spec.KH * spec.KW,
     }

@@ -18,20 +18,18 @@ reads it (recomputing z would cost a second convolution, so storing always wins 
 from __future__ import annotations
 
 import itertools
-import math
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 import torch.fx as fx
 import torch.nn as nn
 
-from kgen import pointwise
 from kgen.errors import Unsupported
-from kgen.family import attr_expr, holders
+from kgen.family import attr_expr, conv2d_default_init, holder_modules
 from kgen.geometry import ceil_div, conv_out_size
-from kgen.ops import Op, normalize, pointwise_program, where
+from kgen.ops import Op, attribute, normalize, pointwise_program, where
 from kgen.pointwise import Names, Program, derive_backward, emit_backward, emit_forward
 from kgen.problem import Problem
 
@@ -140,7 +138,7 @@ def match(ops: list[Op] | None, problem: Problem) -> Spec | None:
     model = _meta_model(problem)
     params = []
     for ref in program.params:
-        t = _attr(model, ref.name)
+        t = attribute(model, ref.name)
         params.append(Param(ref.name, ref.broadcast, tuple(t.shape), _param_kind(model, ref.name)))
         if ref.broadcast == "channel" and t.numel() != c["out_channels"]:
             raise Unsupported(f"{where(out)}: self.{ref.name} of shape {tuple(t.shape)} is read per channel but the "
@@ -157,13 +155,6 @@ def match(ops: list[Op] | None, problem: Problem) -> Spec | None:
     if want != (HO, WO):
         raise AssertionError(f"kgen's conv output size {want} disagrees with PyTorch's {(HO, WO)}")
     return spec
-
-
-def _attr(model: nn.Module, name: str) -> torch.Tensor:
-    t: Any = model
-    for part in name.split("."):
-        t = getattr(t, part)
-    return t
 
 
 # ------------------------------------------------------------------------------------------------------ tiling
@@ -234,30 +225,27 @@ def derive(spec: Spec) -> dict:
         red_outputs=red_outputs, TAB_MAX=TAB_MAX, DIRECT=direct(s),
         tap_tables=[dict(name="X", entries=tap_table(cig, s, max(BK, tiles["WG"]["BN"]))),
                     dict(name="Y", entries=tap_table(cog, s, BK))],
-        params=[dict(c=f"p{i}", name=p.name, scalar=p.broadcast == "scalar", shape=list(p.shape),
-                     numel=math.prod(p.shape), kind=p.kind) for i, p in enumerate(s.params)],
+        params=[dict(c=f"p{i}", name=p.name, shape=list(p.shape)) for i, p in enumerate(s.params)],
     )
 
 
 def context(spec: Spec) -> dict:
-    return {**{k: v for k, v in vars(spec).items() if k not in ("program", "params")}, **derive(spec),
-            "program_text": str(spec.program)}
+    return {**{k: v for k, v in vars(spec).items() if k not in ("program", "params")}, **derive(spec)}
 
 
 def describe(spec: Spec) -> list[str]:
     d = derive(spec)
     f, dg, wg = d["F"], d["D"], d["WG"]
+    program = [f"program after the convolution: {spec.program}" if spec.program.nodes else "no program: a lone convolution"]
     if d["DIRECT"]:
-        return [
-            f"program after the convolution: {spec.program}" if spec.program.nodes else "no program: a lone convolution",
+        return program + [
             f"one input channel per group ({spec.G} groups of {d['COG']} out channels, {spec.KH}x{spec.KW} taps): direct",
             "kernels with float32 FMAs (a GEMM's reduction would be only the taps), in both TF32 modes as cuDNN's depthwise",
             "kernels: forward one thread per output with the program applied; grad_x one thread per input element;",
             "grad_w per (channel, image range) block sums reduced in a fixed order, then added over ranges in order.",
             f"Training saves z = conv(x) + bias only when the derived backward reads it ({'it does' if d['needs_z'] else 'it does not'} here).",
         ]
-    return [
-        f"program after the convolution: {spec.program}" if spec.program.nodes else "no program: a lone convolution",
+    return program + [
         f"forward: implicit GEMM (positions x {d['COG']} out channels x {d['KTOT']}) per group, {f['BM']}x{f['BN']} CTA tiles,",
         "the program applied to the accumulator; 3xTF32 tensor-core math when torch.backends.cudnn.allow_tf32 is off,",
         "one TF32 product per term when it is on (read at each call, as cuDNN). Training saves z = conv(x) + bias only when",
@@ -269,16 +257,6 @@ def describe(spec: Spec) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------------------ initialization
-
-
-def _conv_draw(spec: Spec) -> tuple[torch.Tensor, torch.Tensor | None]:
-    w = torch.empty(spec.CO, spec.CI // spec.G, spec.KH, spec.KW)
-    nn.init.kaiming_uniform_(w, a=math.sqrt(5))
-    b = None
-    if spec.HAS_BIAS:
-        bound = 1 / math.sqrt(spec.CI // spec.G * spec.KH * spec.KW)
-        b = torch.empty(spec.CO).uniform_(-bound, bound)
-    return w, b
 
 
 def _literals(v: float) -> list[float]:
@@ -345,7 +323,7 @@ def _model_tensors(spec: Spec, problem: Problem, seed: int) -> dict[str, torch.T
     torch.manual_seed(seed)
     model = problem.namespace["Model"](*problem.init_args)
     names = [spec.weight_name] + ([spec.bias_name] if spec.bias_name else []) + [p.name for p in spec.params]
-    return {name: _attr(model, name).detach().float() for name in names}
+    return {name: attribute(model, name).detach().float() for name in names}
 
 
 def init_plan(spec: Spec, problem: Problem) -> list[dict] | None:
@@ -370,7 +348,7 @@ def init_plan(spec: Spec, problem: Problem) -> list[dict] | None:
                 after = []
                 for want, state in zip(wants, states):
                     torch.set_rng_state(state)
-                    w, b = _conv_draw(spec)
+                    w, b = conv2d_default_init(spec.CO, spec.CI // spec.G, spec.KH, spec.KW, spec.HAS_BIAS)
                     if not torch.equal(w, want[spec.weight_name]) or (b is not None and not torch.equal(b, want[spec.bias_name])):
                         break
                     after.append(torch.get_rng_state())
@@ -400,15 +378,13 @@ def module_context(spec: Spec, problem: Problem) -> dict:
                       "equal parameters", stacklevel=2)
         plan = [dict(kind="conv")] + [dict(kind="tensor", name=p.name, expr=f"torch.randn({p.shape!r})")
                                       for p in spec.params]
-    paths = [spec.weight_name] + [p.name for p in spec.params]
     kinds = {p.name: p.kind for p in spec.params}
     for step in plan:
         if step["kind"] == "tensor":
             owner, _, leaf = step["name"].rpartition(".")
             step.update(owner=owner, leaf=leaf, tensor_kind=kinds[step["name"]])
     return {
-        "holders": [(p.rsplit(".", 1)[0] if "." in p else "", p.rsplit(".", 1)[-1])
-                    for p in sorted({h for path in paths for h in holders(path)})],
+        "holders": holder_modules([spec.weight_name] + [p.name for p in spec.params]),
         "conv_path": spec.weight_name.rsplit(".", 1)[0],
         "conv_expr": attr_expr(spec.weight_name.rsplit(".", 1)[0]),
         "param_exprs": [attr_expr(p.name) for p in spec.params],
