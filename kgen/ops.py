@@ -27,7 +27,9 @@ from kgen.problem import Problem
 class Op:
     """One normalized op of the traced chain."""
 
-    kind: str  # conv2d | pool | a pointwise row of kgen.pointwise (relu, add, ...) or gelu | sum | mean | getitem | other
+    kind: str  # conv2d | pool | a pointwise row of kgen.pointwise (relu, add, ...) or gelu | a reduction (sum, mean, amax,
+    #            amin, logsumexp, max_dim / min_dim (values and indices), max_all / min_all (torch.max(x))) | view
+    #            (squeeze, unsqueeze, flatten, view, reshape, nn.Flatten) | getitem | getattr | other
     params: dict[str, Any]  # a pointwise op: the row's parameters; a binary one: operands "a" and "b" too
     shape: tuple[int, ...]  # output shape (the first output's, for ops returning a tuple)
     in_shape: tuple[int, ...]
@@ -57,7 +59,11 @@ def pair(v: Any, what: str) -> tuple[int, int]:
 
 # ----------------------------------------------------------------------------------------------- tables
 
-_REDUCE_FUNCS = {torch.sum: "sum", torch.mean: "mean"}
+_REDUCE_FUNCS = {torch.sum: "sum", torch.mean: "mean", torch.amax: "amax", torch.amin: "amin", torch.logsumexp: "logsumexp"}
+_REDUCE_METHODS = frozenset({"sum", "mean", "amax", "amin", "logsumexp"})
+_EXTREMA = {torch.max: "max", torch.min: "min", "max": "max", "min": "min"}  # max(x) / max(x, dim) / x.max(dim)
+_VIEW_FUNCS = frozenset({torch.squeeze, torch.unsqueeze, torch.flatten, torch.reshape})
+_VIEW_METHODS = frozenset({"squeeze", "unsqueeze", "flatten", "view", "reshape"})
 
 
 @dataclass(frozen=True)
@@ -275,7 +281,7 @@ def _conv_padding(padding: Any, kernel: tuple[int, int], dilation: tuple[int, in
 
 def _reduce_params(p: dict[str, Any], rank: int) -> dict[str, Any]:
     dim = p.get("dim")
-    if dim is None:
+    if dim is None or (isinstance(dim, (list, tuple)) and not dim):  # PyTorch: no dims (None, [] or ()) is every dim
         dims = tuple(range(rank))
     else:
         dims = tuple(sorted({d % rank for d in ([dim] if isinstance(dim, int) else dim)}))
@@ -428,6 +434,8 @@ def normalize(node: fx.Node, gm: fx.GraphModule) -> Op:
         kind, params, operand_shape, inplace = pointwise
         return Op(kind, params, shape, operand_shape, at, label, node.target if node.op == "call_module" else None,
                   dtype, inplace)
+    if (node.op == "call_function" and node.target in _VIEW_FUNCS) or (node.op == "call_method" and node.target in _VIEW_METHODS):
+        return Op("view", {}, shape, in_shape, at, label, None, dtype)  # the traced shapes say all (sizes may be run-time)
     args = tuple(_const(a, node, "an argument") for a in node.args[1:])
     kwargs = {k: _const(v, node, k) for k, v in node.kwargs.items()}
 
@@ -448,6 +456,8 @@ def normalize(node: fx.Node, gm: fx.GraphModule) -> Op:
         if type(mod) in POOL_MODULES:
             pop, nd = POOL_MODULES[type(mod)]
             return op("pool", pool_params(pop, nd, vars(mod), in_shape, label), label, node.target)
+        if type(mod) in (nn.Flatten, nn.Unflatten):
+            return op("view", {}, label, node.target)
         return op("other", {}, label, node.target)
 
     if node.op == "call_function":
@@ -460,20 +470,34 @@ def normalize(node: fx.Node, gm: fx.GraphModule) -> Op:
             return op("pool", params, label)
         if fn in (F.conv2d, torch.conv2d):
             raise Unsupported(f"{at}: F.conv2d with explicit weights: write the convolution as nn.Conv2d so kgen can mirror its parameters")
-        if fn in _REDUCE_FUNCS:
-            p = _bind(args, kwargs, ["dim", "keepdim"], {"dim": None, "keepdim": False})
-            return op(_REDUCE_FUNCS[fn], _reduce_params(p, len(in_shape)), label)
+        if fn in _REDUCE_FUNCS or fn in _EXTREMA:
+            return _reduction(_REDUCE_FUNCS.get(fn) or _EXTREMA[fn], args, kwargs, len(in_shape), op, label)
         if fn is operator.getitem:
             index = args[0] if args else None
             return op("getitem", {"index": index}, "indexing")
+        if fn is getattr:
+            return op("getattr", {"name": args[0] if args else None}, "attribute access")
         return op("other", {}, label)
 
     if node.op == "call_method":
-        if node.target in ("sum", "mean"):
-            p = _bind(args, kwargs, ["dim", "keepdim"], {"dim": None, "keepdim": False})
-            return op(node.target, _reduce_params(p, len(in_shape)), label)
+        if node.target in _REDUCE_METHODS or node.target in _EXTREMA:
+            return _reduction(node.target, args, kwargs, len(in_shape), op, label)
         return op("other", {}, label)
     return op("other", {}, label)
+
+
+def _reduction(name: str, args: tuple, kwargs: dict, rank: int, op: Callable[..., Op], label: str) -> Op:
+    """A reduction's Op: sum / mean / amax / amin (dim optional), logsumexp (dim required), and torch.max / torch.min
+    as max_all (no dim: one value) or max_dim (a dim: values and indices)."""
+    if name in ("max", "min"):
+        if not args and "dim" not in kwargs:
+            return op(f"{name}_all", _reduce_params({}, rank), label)
+        p = _bind(args, kwargs, ["dim", "keepdim"], {"keepdim": False})
+        return op(f"{name}_dim", _reduce_params(p, rank), label)
+    p = _bind(args, kwargs, ["dim", "keepdim"], {"dim": None, "keepdim": False})
+    if name == "logsumexp" and p["dim"] is None:
+        return op("other", {}, label)
+    return op(name, _reduce_params(p, rank), label)
 
 
 def chain(problem: Problem) -> list[Op]:
@@ -513,7 +537,7 @@ def describe_unsupported(op: Op) -> str:
 _GELU_ROWS = {"none": "gelu", "tanh": "gelu_tanh"}
 
 
-def _between(gm: fx.GraphModule, start: fx.Node, end: fx.Node) -> list[fx.Node]:
+def between(gm: fx.GraphModule, start: fx.Node, end: fx.Node) -> list[fx.Node]:
     """The nodes on some path from start to end (end included, start not), in graph order."""
     nodes = list(gm.graph.nodes)
     after = nodes[nodes.index(start) + 1: nodes.index(end) + 1] if end in nodes[nodes.index(start) + 1:] else []
@@ -544,9 +568,9 @@ def pointwise_program(gm: fx.GraphModule, start: fx.Node, end: fx.Node) -> Progr
     index: dict[fx.Node, int] = {start: -1}
     nodes: list[Node] = []
     in_shape, in_dtype = _meta(start)
-    between = _between(gm, start, end)
-    inside = set(between)
-    for n in between:
+    path = between(gm, start, end)
+    inside = set(path)
+    for n in path:
         op = normalize(n, gm)
         if op.kind not in POINTWISE_KINDS:
             raise Unsupported(f"{op.where}: {op.label} is not a pointwise op kgen can fuse here")

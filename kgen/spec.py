@@ -29,7 +29,7 @@ def _plain(v: Any) -> Any:
     if isinstance(v, (Program, torch.dtype)):
         return str(v)
     if dataclasses.is_dataclass(v):
-        return dataclasses.asdict(v)
+        return {f.name: _plain(getattr(v, f.name)) for f in dataclasses.fields(v)}
     if isinstance(v, tuple):
         return tuple(_plain(x) for x in v)
     return v

@@ -65,6 +65,19 @@ def _breaks(op: Op, expected: str) -> Unsupported:
 
 
 def match(ops: list[Op] | None, problem: Problem) -> Spec | None:
+    """The spec when the problem is Conv2d -> AvgPool2d -> activation -> sum/mean in the form this family's fused
+    kernels compute; None otherwise, also for the Conv2d -> AvgPool2d blocks outside that form (conv2d_epilogue,
+    matched after this family, takes those or names what it cannot take)."""
+    try:
+        spec = _match(ops, problem)
+        if spec is not None:
+            derive(spec)  # the tiling fits
+        return spec
+    except Unsupported:
+        return None
+
+
+def _match(ops: list[Op] | None, problem: Problem) -> Spec | None:
     if not ops or ops[0].kind != "conv2d" or len(ops) < 2 or ops[1].kind != "pool" \
             or (ops[1].params["op"], ops[1].params["nd"]) != ("avg", 2):
         return None  # not Conv2d -> AvgPool2d: conv2d_epilogue's to take or refuse

@@ -7,17 +7,25 @@ Scope:
 - then a pointwise program (kgen/pointwise.py's table): a DAG where each op may use any earlier value, with Python
   numbers, 0-d tensor constants and float32 parameters / buffers that are scalars or per-channel ((C,1,1), (1,C,1,1))
   as the other operands; nothing at all (a lone convolution) is in scope too.
-Pooling and reductions after the convolution are not yet in this family (issue 9); they are refused naming the op.
+- then stages, each a shape-changing op and the pointwise program after it: 2-d pooling (avg / max with every
+  argument, adaptive avg / max to any size), reductions (sum, mean, amax, amin, logsumexp, max/min over a dim
+  (values), max/min of all) over any dims with or without keepdim, and views (squeeze, flatten, view, reshape) that
+  keep the batch as dim 0. Anything else is refused naming the op.
 
 Kernels (templates/conv2d_epilogue/kernel.cu.j2): implicit GEMMs on tensor cores, 3xTF32 (float32 accuracy) when
 torch.backends.cudnn.allow_tf32 is off, plain TF32 when it is on (as cuDNN), picked at call time. The forward
 applies the program to the accumulator; training saves the conv output z only when the program's derived backward
 reads it (recomputing z would cost a second convolution, so storing always wins when it is read at all).
+Stages after the convolution (templates/conv2d_epilogue/tail.cu.j2) are separate kernels over the conv program's
+output, each with its program fused; their backward gathers (no atomics), so every gradient is deterministic.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import math
+import operator
 import warnings
 from dataclasses import dataclass
 from typing import Callable
@@ -28,8 +36,8 @@ import torch.nn as nn
 
 from kgen.errors import Unsupported
 from kgen.family import attr_expr, conv2d_default_init, holder_modules
-from kgen.geometry import ceil_div, conv_out_size
-from kgen.ops import Op, attribute, normalize, pointwise_program, where
+from kgen.geometry import ceil_div, conv_out_size, pool_out_size
+from kgen.ops import Op, attribute, between, normalize, pointwise_program, where
 from kgen.pointwise import Names, Program, derive_backward, emit_backward, emit_forward
 from kgen.problem import Problem
 
@@ -81,7 +89,35 @@ class Spec:
     bias_name: str | None
     program: Program
     params: tuple[Param, ...]
+    stages: tuple["Stage", ...] = ()
     dtype: str = "float32"
+
+
+REDUCE_KINDS = ("sum", "mean", "amax", "amin", "logsumexp", "max_dim", "min_dim", "max_all", "min_all")
+SHAPE_KINDS = frozenset(REDUCE_KINDS) | {"pool", "view"}
+
+
+@dataclass(frozen=True)
+class Stage:
+    """A shape-changing op after the convolution (2-d pooling, a reduction or a view) and the pointwise program that
+    follows it, up to the next such op or the output. Shapes are the traced ones; while `batched`, dim 0 is the batch
+    (a run-time size). Reductions: REDUCE_KINDS, plus window_max (adaptive max pooling to 1x1: the first maximum,
+    the last NaN, as PyTorch's pooling kernels)."""
+
+    kind: str  # pool | reduce | view
+    op: str  # pool: avg | max | adaptive_avg | adaptive_max; reduce: REDUCE_KINDS or window_max; view: view
+    in_shape: tuple[int, ...]
+    out_shape: tuple[int, ...]
+    in_batched: bool
+    out_batched: bool
+    window: tuple[int, ...] = ()  # avg / max pooling: KH, KW, SH, SW, PH, PW, DH, DW
+    ceil_mode: bool = False  # avg / max pooling (out_shape already says where the windows end)
+    count_include_pad: bool = True
+    divisor: int = 0  # avg pooling's divisor_override (0: none)
+    dims: tuple[int, ...] = ()  # reductions
+    keepdim: bool = False
+    program: Program = Program(())
+    params: tuple[Param, ...] = ()
 
 
 # ------------------------------------------------------------------------------------------------------ matching
@@ -113,6 +149,127 @@ def _param_kind(model: nn.Module, name: str) -> str:
     return "attribute"
 
 
+def _params(program: Program, model: nn.Module, shape: tuple[int, ...], at: str) -> tuple[Param, ...]:
+    """The program's tensors as Params, each checked against the value shape it is applied to."""
+    out = []
+    for ref in program.params:
+        t = attribute(model, ref.name)
+        out.append(Param(ref.name, ref.broadcast, tuple(t.shape), _param_kind(model, ref.name)))
+        if ref.broadcast == "channel" and t.numel() != shape[1]:
+            raise Unsupported(f"{at}: self.{ref.name} of shape {tuple(t.shape)} is read per channel but the value it "
+                              f"applies to has {shape[1]} channels")
+    return tuple(out)
+
+
+def _stage(op: Op, in_shape: tuple[int, ...], batched: bool) -> Stage:
+    """The shape-changing op as a Stage (its program is filled in by the caller)."""
+    out_shape = tuple(op.shape)
+    if op.kind == "view":
+        if batched and (not out_shape or out_shape[0] != in_shape[0]):
+            raise Unsupported(f"{op.where}: {op.label} gives shape {out_shape} from {in_shape}, moving the batch dim; "
+                              f"the {NAME} family keeps the batch as dim 0 until a reduction removes it")
+        return Stage("view", "view", in_shape, out_shape, batched, batched)
+    if op.kind == "pool":
+        p = op.params
+        if p["nd"] != 2 or len(in_shape) != 4:
+            raise Unsupported(f"{op.where}: {op.label} on a {len(in_shape)}-d value; after the convolution the {NAME} "
+                              "family pools (N, C, H, W) values in 2-d")
+        if p["return_indices"]:
+            raise Unsupported(f"{op.where}: {op.label} with return_indices=True after a convolution is not supported; "
+                              "drop return_indices")
+        if p["op"].startswith("adaptive") and p["output_size"] == (1, 1):  # PyTorch: a mean / max over (H, W)
+            kind = "mean" if p["op"] == "adaptive_avg" else "window_max"
+            return Stage("reduce", kind, in_shape, out_shape, batched, batched, dims=(2, 3), keepdim=True)
+        if p["op"].startswith("adaptive"):
+            return Stage("pool", p["op"], in_shape, out_shape, batched, batched)
+        window = tuple(v for pair in (p["kernel"], p["stride"], p["padding"], p["dilation"]) for v in pair)
+        want = tuple(pool_out_size(s, k, st, pd, p["ceil_mode"], d) for s, k, st, pd, d in
+                     zip(in_shape[2:], p["kernel"], p["stride"], p["padding"], p["dilation"]))
+        if want != out_shape[2:]:
+            raise AssertionError(f"kgen's pool output size {want} disagrees with PyTorch's {out_shape[2:]}")
+        return Stage("pool", p["op"], in_shape, out_shape, batched, batched, window=window, ceil_mode=p["ceil_mode"],
+                     count_include_pad=p["count_include_pad"], divisor=int(p["divisor_override"] or 0))
+    p = op.params
+    if p.get("dtype") not in (None, torch.float32):
+        raise Unsupported(f"{op.where}: {op.label} with dtype={p['dtype']}; the {NAME} family reduces in float32")
+    if not in_shape:
+        raise Unsupported(f"{op.where}: {op.label} of a 0-d value; drop it (it returns its input)")
+    if op.kind in ("max_dim", "min_dim") and len(p["dims"]) != 1:
+        raise Unsupported(f"{op.where}: {op.label} over dims {p['dims']}")
+    return Stage("reduce", op.kind, in_shape, out_shape, batched, batched and 0 not in p["dims"], dims=p["dims"],
+                 keepdim=p["keepdim"])
+
+
+def _meta_read(n: fx.Node) -> bool:
+    """x.size(...), x.shape, x.dim() and indexing into them: reads of the traced shape, not of the data."""
+    if n.op == "call_method" and n.target in ("size", "dim"):
+        return True
+    if n.op == "call_function" and n.target is getattr and n.args[1:] == ("shape",):
+        return True
+    return n.op == "call_function" and n.target is operator.getitem and isinstance(n.args[0], fx.Node) \
+        and _meta_read(n.args[0])
+
+
+def _tail(gm: fx.GraphModule, conv: fx.Node, out: fx.Node, model: nn.Module) -> tuple[Program, tuple[Stage, ...]]:
+    """The conv's own program and the stages after it: the graph from the convolution to the output must be
+    pointwise programs separated by shape-changing ops (2-d pooling, reductions, views), each fed by the one before."""
+    calls = [n for n in list(gm.graph.nodes)[list(gm.graph.nodes).index(conv) + 1:]
+             if n.op in ("call_module", "call_function", "call_method") and not _meta_read(n)]
+    ops = {n: normalize(n, gm) for n in calls}
+    shape_nodes = [n for n in calls if ops[n].kind in SHAPE_KINDS]
+    covered: set[fx.Node] = set(shape_nodes)
+    cur, shape, batched = conv, _meta_shape(conv), True
+    programs: list[Program] = []
+    stages: list[Stage] = []
+    for node in shape_nodes:
+        op = ops[node]
+        inp = node.args[0] if node.args else None
+        if not isinstance(inp, fx.Node):
+            raise Unsupported(f"{op.where}: {op.label} does not take a value computed from the convolution")
+        if len([u for u in inp.users if not _meta_read(u)]) != 1:
+            raise Unsupported(f"{op.where}: the value {op.label} reads is also used elsewhere; after the convolution the "
+                              f"{NAME} family takes pointwise programs joined by pooling, reductions and views")
+        if inp is not cur:
+            covered |= set(between(gm, cur, inp))
+        programs.append(_program(gm, cur, inp))
+        stage = _stage(op, shape, batched)
+        end = node
+        if op.kind in ("max_dim", "min_dim"):
+            users = list(node.users)
+            picks = [u for u in users if (u.target is operator.getitem and u.args[1:] == (0,))
+                     or (u.target is getattr and u.args[1:] == ("values",))]
+            if len(users) != 1 or len(picks) != 1:
+                raise Unsupported(f"{op.where}: {op.label} is used other than through its values ([0] or .values); "
+                                  f"the {NAME} family does not return indices")
+            end = picks[0]
+            covered.add(end)
+        stages.append(stage)
+        cur, shape, batched = end, stage.out_shape, stage.out_batched
+    if out is not cur:
+        covered |= set(between(gm, cur, out))
+    programs.append(_program(gm, cur, out))
+    for n in calls:
+        if n not in covered:
+            raise Unsupported(f"{ops[n].where}: {ops[n].label} is not on the path from the convolution to the output")
+    stages = [dataclasses.replace(st, program=programs[i + 1],
+                                  params=_params(programs[i + 1], model, st.out_shape, "after the convolution"))
+              for i, st in enumerate(stages)]
+    return programs[0], tuple(stages)
+
+
+def _meta_shape(node: fx.Node) -> tuple[int, ...]:
+    meta = node.meta.get("tensor_meta")
+    return tuple(meta.shape)
+
+
+def _program(gm: fx.GraphModule, start: fx.Node, end: fx.Node) -> Program:
+    try:
+        return pointwise_program(gm, start, end)
+    except Unsupported as exc:
+        raise Unsupported(f"{exc} (the {NAME} family takes nn.Conv2d followed by pointwise ops, 2-d pooling, "
+                          "reductions and views)") from None
+
+
 def match(ops: list[Op] | None, problem: Problem) -> Spec | None:
     gm = problem.gm
     node = _conv_node(gm)
@@ -130,19 +287,16 @@ def match(ops: list[Op] | None, problem: Problem) -> Spec | None:
     out = next(n for n in gm.graph.nodes if n.op == "output").args[0]
     if not isinstance(out, fx.Node):
         raise Unsupported(f"{conv.where}: Model.forward does not return one tensor")
-    try:
-        program = pointwise_program(gm, node, out)
-    except Unsupported as exc:
-        raise Unsupported(f"{exc} (the {NAME} family takes nn.Conv2d followed by pointwise ops; pooling and "
-                          "reductions after the convolution are not supported yet)") from None
     model = _meta_model(problem)
-    params = []
-    for ref in program.params:
-        t = attribute(model, ref.name)
-        params.append(Param(ref.name, ref.broadcast, tuple(t.shape), _param_kind(model, ref.name)))
-        if ref.broadcast == "channel" and t.numel() != c["out_channels"]:
-            raise Unsupported(f"{where(out)}: self.{ref.name} of shape {tuple(t.shape)} is read per channel but the "
-                              f"convolution has {c['out_channels']} channels")
+    program, stages = _tail(gm, node, out, model)
+    params = _params(program, model, tuple(conv.shape), where(out))
+    seen = {p.name for p in params}
+    for st in stages:
+        for p in st.params:
+            if p.name in seen:
+                raise Unsupported(f"self.{p.name} is read both before and after a pooling / reduction / view; the "
+                                  f"{NAME} family takes each parameter in one of those stages (use two parameters)")
+            seen.add(p.name)
     N, CI, H, W = conv.in_shape
     _, CO, HO, WO = conv.shape
     (KH, KW), (SH, SW), (PH, PW), (DH, DW) = c["kernel"], c["stride"], c["padding"], c["dilation"]
@@ -150,7 +304,7 @@ def match(ops: list[Op] | None, problem: Problem) -> Spec | None:
     spec = Spec(CI=CI, H=H, W=W, CO=CO, G=c["groups"], KH=KH, KW=KW, SH=SH, SW=SW, PH=PH, PW=PW, PH_END=right[0],
                 PW_END=right[1], DH=DH, DW=DW,
                 HO=HO, WO=WO, HAS_BIAS=c["bias"], weight_name=c["weight_name"], bias_name=c["bias_name"],
-                program=program, params=tuple(params))
+                program=program, params=params, stages=stages)
     want = (conv_out_size(H + right[0] - PH, KH, SH, PH, DH), conv_out_size(W + right[1] - PW, KW, SW, PW, DW))
     if want != (HO, WO):
         raise AssertionError(f"kgen's conv output size {want} disagrees with PyTorch's {(HO, WO)}")
@@ -194,6 +348,104 @@ def tap_table(channels: int, spec: Spec, tile_k: int) -> list[tuple[int, int]]:
     return rows + [(0, 0)] * (ceil_div(n, tile_k) * tile_k - n)
 
 
+TAIL_THREADS = 256  # every kernel after the convolution
+RED_TARGET_BLOCKS = 1024  # reductions along the innermost dim: split each output's range until about this many blocks
+RED_MIN_CHUNK = 2048  # ... but never below this many elements per block
+IDX_OPS = frozenset({"max", "adaptive_max", "max_dim", "min_dim", "window_max"})  # keep the winner's index for backward
+READS_INPUT = frozenset({"amax", "amin", "max_all", "min_all", "logsumexp"})  # backward reads the input and result
+REDUCE_PASS = {"sum": "SUM", "mean": "SUM", "amax": "MAX", "amin": "MIN", "max_all": "MAX", "min_all": "MIN",
+               "max_dim": "ARGMAX", "min_dim": "ARGMIN", "window_max": "ARGMAX_NANLAST", "logsumexp": "SUMEXP"}
+COUNT_PASS = {"amax": "COUNT_EQ", "amin": "COUNT_EQ", "max_all": "COUNT_EQ_NAN", "min_all": "COUNT_EQ_NAN"}
+
+
+def all_params(spec: Spec) -> list[Param]:
+    """Every tensor the model reads besides the conv's: the conv program's first, then each stage's."""
+    return list(spec.params) + [p for st in spec.stages for p in st.params]
+
+
+def _tensor(shape: tuple[int, ...], batched: bool) -> dict:
+    """A value after the convolution: C++ / Python shape expressions with the batch `n` as dim 0 while batched,
+    its element count, and its (outer, channel, inner) split for per-channel parameters."""
+    dims = (["n"] + [str(d) for d in shape[1:]]) if batched else [str(d) for d in shape]
+    per = math.prod(shape[1:]) if batched else math.prod(shape)
+    rank = len(shape)
+    return dict(
+        rank=rank, shape_cpp="{" + ", ".join(dims) + "}", shape_py="(" + ", ".join(dims) + ("," if rank == 1 else "") + ")",
+        numel=f"n * {per}LL" if batched else f"{per}LL",
+        C=shape[1] if rank >= 2 else 1, INNER=math.prod(shape[2:]) if rank >= 2 else 1,
+        outer=("n" if batched else f"{shape[0]}LL") if rank >= 1 else "1LL",
+    )
+
+
+def _offset_lines(var: str, dims: list[int], shape: tuple[int, ...], strides: list[int], out: str) -> list[str]:
+    """C++ statements setting `out` to the element offset of flat index `var` over `dims` (outermost first; the
+    outermost takes the rest, so a run-time batch size there needs no constant)."""
+    if not dims:
+        return [f"const long long {out} = 0;"]
+    lines = [f"long long {out} = 0, {out}_t = {var};"]
+    for d in reversed(dims[1:]):
+        lines.append(f"{out} += ({out}_t % {shape[d]}LL) * {strides[d]}LL; {out}_t /= {shape[d]}LL;")
+    lines.append(f"{out} += {out}_t * {strides[dims[0]]}LL;")
+    return lines
+
+
+def _split_lines(shape: tuple[int, ...], kept: list[int]) -> list[str]:
+    """C++ statements splitting flat input index i into o (the output's flat index over the kept dims) and j (the
+    flat index over the reduced dims)."""
+    lines = ["long long t = i, o = 0, j = 0;"]
+    mult = {"o": 1, "j": 1}
+    for d in range(len(shape) - 1, 0, -1):
+        v = "o" if d in kept else "j"
+        lines.append(f"{v} += (t % {shape[d]}LL) * {mult[v]}LL; t /= {shape[d]}LL;")
+        mult[v] *= shape[d]
+    if shape:
+        v = "o" if 0 in kept else "j"
+        lines.append(f"{v} += t * {mult[v]}LL;")
+    return lines
+
+
+def _size_expr(dims: list[int], shape: tuple[int, ...], batched: bool) -> str:
+    return " * ".join(["n" if d == 0 and batched else f"{shape[d]}LL" for d in dims]) or "1LL"
+
+
+def _stage_context(k: int, st: Stage, first: int) -> dict:
+    """Everything the templates need for stage k (its params are p{first}, p{first+1}, ...)."""
+    cnames = {p.name: f"p{first + i}" for i, p in enumerate(st.params)}
+    names = Names(x="pv", g="gv", params={p.name: f"{cnames[p.name]}[{'c' if p.broadcast == 'channel' else '0'}]"
+                                          for p in st.params}, prefix="t")
+    backward = derive_backward(st.program)
+    fwd, bwd = emit_forward(st.program, names), emit_backward(backward, names)
+    grads = dict(bwd.param_grads)
+    has_program = bool(st.program.live())
+    ctx = dict(
+        k=k, kind=st.kind, op=st.op, has_program=has_program, params_first=first, has_idx=st.op in IDX_OPS,
+        needs_in=st.op in READS_INPUT,
+        needs_pre=st.op in READS_INPUT or (has_program and any(r.kind in ("input", "node") for r in backward.needs)),
+        IN=_tensor(st.in_shape, st.in_batched), OUT=_tensor(st.out_shape, st.out_batched),
+        fwd_lines=list(fwd.lines), fwd_result=fwd.result, bwd_lines=list(bwd.lines), bwd_result=bwd.result,
+        params=[dict(c=cnames[p.name], name=p.name, scalar=p.broadcast == "scalar") for p in st.params],
+        red_terms=[grads[p.name] for p in st.params],
+    )
+    if st.kind == "pool":
+        n0 = "n" if st.in_batched else f"{st.in_shape[0]}LL"
+        ctx.update(C=st.in_shape[1], H=st.in_shape[2], W=st.in_shape[3], OH=st.out_shape[2], OW=st.out_shape[3],
+                   planes=f"{n0} * {st.in_shape[1]}LL", count_include_pad=st.count_include_pad, divisor=st.divisor)
+        if st.window:
+            ctx.update(zip(("KH", "KW", "SH", "SW", "PH", "PW", "DH", "DW"), st.window))
+    elif st.kind == "reduce":
+        shape, rank = st.in_shape, len(st.in_shape)
+        kept = [d for d in range(rank) if d not in st.dims]
+        strides = [math.prod(shape[d + 1:]) for d in range(rank)]
+        ctx.update(
+            PASS=REDUCE_PASS[st.op], COUNT_PASS=COUNT_PASS.get(st.op, ""), BLOCK_MODE=(rank - 1) in st.dims,
+            nout=_size_expr(kept, shape, st.in_batched), nred=_size_expr(list(st.dims), shape, st.in_batched),
+            base_lines=_offset_lines("o", kept, shape, strides, "base"),
+            joff_lines=_offset_lines("j", list(st.dims), shape, strides, "joff"),
+            split_lines=_split_lines(shape, kept),
+        )
+    return ctx
+
+
 def _names(spec: Spec) -> Names:
     return Names(x="z", g="g", params={p.name: f"p{i}[{'co' if p.broadcast == 'channel' else '0'}]"
                                        for i, p in enumerate(spec.params)})
@@ -212,6 +464,15 @@ def derive(spec: Spec) -> dict:
     red_outputs = ([dict(out="gb", scalar=False)] if s.HAS_BIAS else []) + \
         [dict(out=f"gp{i}", scalar=p.broadcast == "scalar") for i, p in enumerate(s.params)]
     tiles = dict(F=gemm_tile(1 << 20, cog), D=gemm_tile(1 << 20, cig), WG=gemm_tile(cog, cig * s.KH * s.KW))
+    stages, first, nsaved = [], len(s.params), 1  # saved[0]: the conv's z
+    for k, st in enumerate(s.stages, start=1):
+        ctx = _stage_context(k, st, first)
+        for what in ("in", "pre", "idx"):  # where training keeps what the stage's backward reads (-1: nothing)
+            wanted = ctx["has_idx"] if what == "idx" else ctx[f"needs_{what}"]
+            ctx[f"save_{what}"] = nsaved if wanted else -1
+            nsaved += int(wanted)
+        stages.append(ctx)
+        first += len(st.params)
     for key, t in tiles.items():
         ctiles = ceil_div(cog if key == "F" else cig, t["BN"])
         if key != "WG" and s.G * ctiles > 65535:
@@ -225,18 +486,46 @@ def derive(spec: Spec) -> dict:
         red_outputs=red_outputs, TAB_MAX=TAB_MAX, DIRECT=direct(s),
         tap_tables=[dict(name="X", entries=tap_table(cig, s, max(BK, tiles["WG"]["BN"]))),
                     dict(name="Y", entries=tap_table(cog, s, BK))],
-        params=[dict(c=f"p{i}", name=p.name, shape=list(p.shape)) for i, p in enumerate(s.params)],
+        params=[dict(c=f"p{i}", name=p.name, shape=list(p.shape)) for i, p in enumerate(all_params(s))],
+        conv_params=[dict(c=f"p{i}", name=p.name, shape=list(p.shape)) for i, p in enumerate(s.params)],
+        stages=stages, NSAVED=nsaved, TAIL_THREADS=TAIL_THREADS, RED_TARGET_BLOCKS=RED_TARGET_BLOCKS, RED_MIN_CHUNK=RED_MIN_CHUNK,
+        OUT=_tensor((1, s.CO, s.HO, s.WO), True) if not stages else stages[-1]["OUT"],
     )
 
 
 def context(spec: Spec) -> dict:
-    return {**{k: v for k, v in vars(spec).items() if k not in ("program", "params")}, **derive(spec)}
+    return {**{k: v for k, v in vars(spec).items() if k not in ("program", "params", "stages")}, **derive(spec)}
+
+
+def _describe_stage(st: Stage) -> str:
+    if st.kind == "pool":
+        what = f"{st.op} pooling" + (f" window {st.window[:2]} stride {st.window[2:4]} padding {st.window[4:6]}"
+                                    f"{' dilation %s' % (st.window[6:],) if st.op == 'max' else ''}"
+                                    f"{' ceil_mode' if st.ceil_mode else ''}" if st.window else "")
+    elif st.kind == "reduce":
+        what = f"{st.op} over dims {list(st.dims)}{' (keepdim)' if st.keepdim else ''}"
+    else:
+        what = "view"
+    prog = f", then {st.program}" if st.program.live() else ""
+    return f"then {what}: {st.in_shape} -> {st.out_shape}{prog}"
+
+
+def _describe_stages(spec: Spec) -> list[str]:
+    if not spec.stages:
+        return []
+    return [_describe_stage(st) for st in spec.stages] + [
+        "each stage after the convolution is its own kernel (one thread per output for pooling; reductions one output",
+        "per thread, or blocks over the reduced range with partials combined in order); backward gathers per input",
+        "element (the windows or the output holding it), with the saved winner indices for max pooling and max/min.",
+    ]
 
 
 def describe(spec: Spec) -> list[str]:
     d = derive(spec)
     f, dg, wg = d["F"], d["D"], d["WG"]
-    program = [f"program after the convolution: {spec.program}" if spec.program.nodes else "no program: a lone convolution"]
+    program = [f"program after the convolution: {spec.program}" if spec.program.nodes else
+               ("no program: a lone convolution" if not spec.stages else "no program on the convolution's output")]
+    program += _describe_stages(spec)
     if d["DIRECT"]:
         return program + [
             f"one input channel per group ({spec.G} groups of {d['COG']} out channels, {spec.KH}x{spec.KW} taps): direct",
@@ -322,7 +611,7 @@ def _recipe(targets: list[torch.Tensor], states: list[torch.Tensor]) -> tuple[st
 def _model_tensors(spec: Spec, problem: Problem, seed: int) -> dict[str, torch.Tensor]:
     torch.manual_seed(seed)
     model = problem.namespace["Model"](*problem.init_args)
-    names = [spec.weight_name] + ([spec.bias_name] if spec.bias_name else []) + [p.name for p in spec.params]
+    names = [spec.weight_name] + ([spec.bias_name] if spec.bias_name else []) + [p.name for p in all_params(spec)]
     return {name: attribute(model, name).detach().float() for name in names}
 
 
@@ -335,7 +624,7 @@ def init_plan(spec: Spec, problem: Problem) -> list[dict] | None:
         return None
     saved = torch.get_rng_state()
     wants = [_model_tensors(spec, problem, seed) for seed in SEEDS]
-    items = ["conv"] + [p.name for p in spec.params]
+    items = ["conv"] + [p.name for p in all_params(spec)]
     found = None
     for order in itertools.permutations(items) if len(items) <= 5 else [tuple(items)]:
         states = []
@@ -373,30 +662,36 @@ def module_context(spec: Spec, problem: Problem) -> dict:
     plan = init_plan(spec, problem)
     if plan is None:
         warnings.warn(f"{problem.path.name}: kgen could not reproduce how Model initializes its parameters "
-                      f"({spec.weight_name}{''.join(', ' + p.name for p in spec.params)}); ModelNew draws the conv as "
+                      f"({spec.weight_name}{''.join(', ' + p.name for p in all_params(spec))}); ModelNew draws the conv as "
                       "nn.Conv2d does and the other tensors with torch.randn, so load Model's state_dict into it for "
                       "equal parameters", stacklevel=2)
         plan = [dict(kind="conv")] + [dict(kind="tensor", name=p.name, expr=f"torch.randn({p.shape!r})")
-                                      for p in spec.params]
-    kinds = {p.name: p.kind for p in spec.params}
+                                      for p in all_params(spec)]
+    kinds = {p.name: p.kind for p in all_params(spec)}
     for step in plan:
         if step["kind"] == "tensor":
             owner, _, leaf = step["name"].rpartition(".")
             step.update(owner=owner, leaf=leaf, tensor_kind=kinds[step["name"]])
     return {
-        "holders": holder_modules([spec.weight_name] + [p.name for p in spec.params]),
+        "holders": holder_modules([spec.weight_name] + [p.name for p in all_params(spec)]),
         "conv_path": spec.weight_name.rsplit(".", 1)[0],
         "conv_expr": attr_expr(spec.weight_name.rsplit(".", 1)[0]),
-        "param_exprs": [attr_expr(p.name) for p in spec.params],
+        "param_exprs": [attr_expr(p.name) for p in all_params(spec)],
         "init_plan": plan,
         "fan_in": spec.CI // spec.G * spec.KH * spec.KW,
     }
 
 
 def traffic(spec: Spec, n: int) -> tuple[int, int]:
-    """Fewest bytes moved: forward reads x and writes y; a training step also writes z when the backward reads it,
-    then reads grad_y, x (and z) and writes grad_x (weights are negligible)."""
+    """Fewest bytes moved: forward reads x and writes y (the model's output); a training step also writes z (the
+    conv output) when the backward reads it, then reads grad_y, x (and z) and writes grad_x (weights are
+    negligible). With pooling or reductions after the convolution this is the fused floor: the conv output is
+    neither written nor read back."""
     x = 4 * n * spec.CI * spec.H * spec.W
-    y = 4 * n * spec.CO * spec.HO * spec.WO
+    if spec.stages:
+        last = spec.stages[-1]
+        y = 4 * (n if last.out_batched else 1) * math.prod(last.out_shape[1:] if last.out_batched else last.out_shape)
+    else:
+        y = 4 * n * spec.CO * spec.HO * spec.WO
     z = y if derive(spec)["needs_z"] else 0
     return x + y, (x + y + z) + (y + x + z + x)

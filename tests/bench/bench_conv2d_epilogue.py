@@ -21,6 +21,12 @@ PROBLEMS = {
     "conv3x3_relu_bias": ("32, 64, 3, padding=1", "return torch.relu(y) + self.bias",
                           ["self.bias = nn.Parameter(torch.randn(64, 1, 1))"], (64, 32, 192, 192)),
     "conv3x3_sub_hardswish": ("16, 64, 3", "return F.hardswish(y - 0.5)", [], (64, 16, 256, 256)),
+    "conv3x3_hardswish_maxpool_mish": ("16, 64, 3", "return F.mish(F.max_pool2d(F.hardswish(y - 0.5), 2))", [],
+                                       (64, 16, 256, 256)),
+    "conv5x5s2_gelu_global_avg": ("8, 32, 5, stride=2", "return F.adaptive_avg_pool2d(F.gelu(y), 1).squeeze()", [],
+                                  (128, 8, 320, 320)),
+    "conv3x3_min_channels_tanh": ("24, 48, 3", "return torch.tanh(torch.min(y, dim=1, keepdim=True)[0])", [],
+                                  (64, 24, 160, 160)),
     "depthwise3x3": ("96, 96, 3, padding=1, groups=96", "return y", [], (32, 96, 160, 160)),
     "conv3x5_dilated": ("64, 128, (3, 5), dilation=(2, 1)", "return y", [], (16, 64, 200, 160)),
 }
