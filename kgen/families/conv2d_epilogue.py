@@ -446,6 +446,33 @@ def _stage_context(k: int, st: Stage, first: int) -> dict:
     return ctx
 
 
+def dgrad_phases(spec: Spec, cog: int) -> tuple[list[dict], list[tuple[int, int]]]:
+    """grad_x's sub-problems and its tap table. With stride SH x SW, the input rows with (ih + PH) % SH == rh are
+    reached only by the taps kh with kh*DH % SH == rh (likewise columns), so each such phase is a dense GEMM over its
+    own taps instead of one GEMM over every tap with most of them zero (a 4x waste at stride 2). A phase is
+    (ih0, iw0: its first row / column; hp, wp: its rows / columns; koff, k: its taps' slice of the table). Without a
+    table (more than TAB_MAX taps) or at stride 1: one phase of every tap, taps computed."""
+    s = spec
+    single = ([dict(ih0=0, iw0=0, hp=s.H, wp=s.W, koff=0, k=cog * s.KH * s.KW)], tap_table(cog, s, BK))
+    if (s.SH, s.SW) == (1, 1) or not single[1] or cog * s.KH * s.KW + s.SH * s.SW * BK > TAB_MAX:
+        return single
+    phases: list[dict] = []
+    table: list[tuple[int, int]] = []
+    for rh in range(s.SH):
+        ih0 = (rh - s.PH) % s.SH
+        khs = [kh for kh in range(s.KH) if kh * s.DH % s.SH == rh]
+        for rw in range(s.SW):
+            iw0 = (rw - s.PW) % s.SW
+            kws = [kw for kw in range(s.KW) if kw * s.DW % s.SW == rw]
+            hp, wp = len(range(ih0, s.H, s.SH)), len(range(iw0, s.W, s.SW))
+            if hp == 0 or wp == 0:
+                continue
+            taps = [(co, (kh * s.DH) << 16 | kw * s.DW) for co in range(cog) for kh in khs for kw in kws]
+            phases.append(dict(ih0=ih0, iw0=iw0, hp=hp, wp=wp, koff=len(table), k=len(taps)))
+            table += taps + [(0, 0)] * (ceil_div(len(taps), BK) * BK - len(taps))
+    return phases, table
+
+
 def _names(spec: Spec) -> Names:
     return Names(x="z", g="g", params={p.name: f"p{i}[{'co' if p.broadcast == 'channel' else '0'}]"
                                        for i, p in enumerate(spec.params)})
@@ -464,6 +491,7 @@ def derive(spec: Spec) -> dict:
     red_outputs = ([dict(out="gb", scalar=False)] if s.HAS_BIAS else []) + \
         [dict(out=f"gp{i}", scalar=p.broadcast == "scalar") for i, p in enumerate(s.params)]
     tiles = dict(F=gemm_tile(1 << 20, cog), D=gemm_tile(1 << 20, cig), WG=gemm_tile(cog, cig * s.KH * s.KW))
+    phases, phase_table = dgrad_phases(s, cog)
     stages, first, nsaved = [], len(s.params), 1  # saved[0]: the conv's z
     for k, st in enumerate(s.stages, start=1):
         ctx = _stage_context(k, st, first)
@@ -485,7 +513,8 @@ def derive(spec: Spec) -> dict:
         needs_z=needs_z, write_gz=bool(s.program.live()), NRED=len(red_terms), red_terms=red_terms,
         red_outputs=red_outputs, TAB_MAX=TAB_MAX, DIRECT=direct(s),
         tap_tables=[dict(name="X", entries=tap_table(cig, s, max(BK, tiles["WG"]["BN"]))),
-                    dict(name="Y", entries=tap_table(cog, s, BK))],
+                    dict(name="Y", entries=phase_table)],
+        dg_phases=phases, DG_MAX_PIXELS=max(ph["hp"] * ph["wp"] for ph in phases),
         params=[dict(c=f"p{i}", name=p.name, shape=list(p.shape)) for i, p in enumerate(all_params(s))],
         conv_params=[dict(c=f"p{i}", name=p.name, shape=list(p.shape)) for i, p in enumerate(s.params)],
         stages=stages, NSAVED=nsaved, TAIL_THREADS=TAIL_THREADS, RED_TARGET_BLOCKS=RED_TARGET_BLOCKS, RED_MIN_CHUNK=RED_MIN_CHUNK,

@@ -1,0 +1,44 @@
+"""Per-kernel GPU times of kgen's forward and training step for bench_conv2d_epilogue problems (torch.profiler),
+to see where a problem's time goes. Usage (GPU): python tests/dev/profile_conv.py [--tf32] NAME [NAME ...]"""
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import torch  # noqa: E402
+from torch.profiler import ProfilerActivity, profile  # noqa: E402
+
+from tests.bench.bench_conv2d_epilogue import PROBLEMS, problem_source  # noqa: E402
+from tests.helpers import generate_module  # noqa: E402
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("names", nargs="+")
+    ap.add_argument("--tf32", action="store_true")
+    a = ap.parse_args()
+    torch.backends.cudnn.allow_tf32 = a.tf32
+    for name in a.names:
+        source = problem_source(*PROBLEMS[name])
+        ns = generate_module(source, name)
+        user: dict = {}
+        exec(source, user)
+        model = ns["ModelNew"](*user["get_init_inputs"]()).cuda()
+        x = user["get_inputs"]()[0].cuda().requires_grad_(True)
+        for _ in range(3):
+            model(x).sum().backward()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(5):
+                y = model(x)
+                y.backward(torch.ones_like(y))
+            torch.cuda.synchronize()
+        print(f"== {name} (TF32 {'on' if a.tf32 else 'off'}): 5 training steps")
+        print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=14, max_name_column_width=70))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
