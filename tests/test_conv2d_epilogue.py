@@ -121,6 +121,17 @@ _TABLE = [
      CONV_IN + ["x = F.softsign(x.abs() - 0.5)", "return self.act(x) + F.relu6(x)"], ["self.act = nn.Hardtanh(-0.5, 2.0)"], {}),
 ]
 
+# Input channels per group a multiple of 8: the forward from halo tiles (odd extents leave partial tiles).
+_TABLE += [
+    ("halo_ci16_pad1_relu", 1, (2, 16, 30, 37), conv(16, 24, 3, padding=1), CONV_IN + ["return torch.relu(x)"], [], {}),
+    ("halo_groups2_k5_s2_p2_silu", 1, (2, 16, 27, 25), conv(16, 12, 5, stride=2, padding=2, groups=2),
+     CONV_IN + ["return F.silu(x)"], [], {}),
+    ("halo_ci24_k3x5_dil21_bias_c", 1, (1, 24, 21, 40), conv(24, 40, (3, 5), dilation=(2, 1)),
+     CONV_IN + ["return x + self.shift"], ["self.shift = nn.Parameter(torch.randn(out_channels, 1, 1))"], {}),
+    ("halo_ci8_small_tanh_maxpool", 2, (3, 8, 9, 10), conv(8, 16, 3), CONV_IN + ["x = torch.tanh(x)", "x = F.max_pool2d(x, 2)",
+                                                                          "return x * 2.0"], [], {}),
+]
+
 # After the convolution's program: 2-d pooling, reductions and views, each followed by a program (issue 9's stages).
 _TABLE += [
     ("maxpool2_mish", 3, (2, 4, 22, 20), conv(4, 16, 3), CONV_IN + ["x = F.hardswish(x - 0.5)", "x = F.max_pool2d(x, 2)",

@@ -332,6 +332,28 @@ def gemm_tile(rows: int, cols: int, max_rows: int = 128) -> dict:
     return dict(BM=bm, BN=bn, WARPS_M=wm, WARPS_N=wn, LDA=lda, LDB=ldb, THREADS=32 * wm * wn)
 
 
+HALO_SMEM_MAX = 96 * 1024  # the halo forward's shared memory (two stages): within every sm_80+ GPU's opt-in limit
+HALO_CC = 8  # input channels per halo chunk
+
+
+def halo_plan(spec: Spec, tile: dict) -> dict | None:
+    """The forward from halo tiles (TH x TW output positions of one image; per chunk of HALO_CC input channels the
+    input rows / columns they read and the chunk's weights in shared memory), or None where the implicit GEMM's
+    im2col loader stays: the direct path, input channels per group not a multiple of HALO_CC, a stride larger than
+    the kernel (the halo would stage skipped pixels), or more than HALO_SMEM_MAX of shared memory."""
+    s = spec
+    if direct(s) or (s.CI // s.G) % HALO_CC or tile["BM"] != 128 or s.SH > s.KH or s.SW > s.KW:
+        return None
+    tw = 32 if s.WO >= 28 else 16 if s.WO >= 12 else 8
+    th = tile["BM"] // tw
+    hh, hw = (th - 1) * s.SH + (s.KH - 1) * s.DH + 1, (tw - 1) * s.SW + (s.KW - 1) * s.DW + 1
+    hcs = hh * hw + (8 - hh * hw % 32) % 32  # 8 mod 32: a fragment's 4 channels x 8 positions hit 32 banks
+    smem = 2 * (HALO_CC * hcs + s.KH * s.KW * HALO_CC * tile["LDB"]) * 4
+    if smem > HALO_SMEM_MAX:
+        return None
+    return dict(TH=th, TW=tw, HH=hh, HW=hw, HCS=hcs, CC=HALO_CC, SMEM_BYTES=smem)
+
+
 def direct(spec: Spec) -> bool:
     """Direct kernels (float32 FMA per output, input gradient and weight tap) instead of GEMMs: one input channel per
     group (depthwise, or a one-channel input), where the GEMM's reduction would be only the KH*KW taps."""
@@ -514,7 +536,7 @@ def derive(spec: Spec) -> dict:
         red_outputs=red_outputs, TAB_MAX=TAB_MAX, DIRECT=direct(s),
         tap_tables=[dict(name="X", entries=tap_table(cig, s, max(BK, tiles["WG"]["BN"]))),
                     dict(name="Y", entries=phase_table)],
-        dg_phases=phases, DG_MAX_PIXELS=max(ph["hp"] * ph["wp"] for ph in phases),
+        HALO=halo_plan(s, tiles["F"]), dg_phases=phases, DG_MAX_PIXELS=max(ph["hp"] * ph["wp"] for ph in phases),
         params=[dict(c=f"p{i}", name=p.name, shape=list(p.shape)) for i, p in enumerate(all_params(s))],
         conv_params=[dict(c=f"p{i}", name=p.name, shape=list(p.shape)) for i, p in enumerate(s.params)],
         stages=stages, NSAVED=nsaved, TAIL_THREADS=TAIL_THREADS, RED_TARGET_BLOCKS=RED_TARGET_BLOCKS, RED_MIN_CHUNK=RED_MIN_CHUNK,
