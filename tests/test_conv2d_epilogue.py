@@ -30,7 +30,7 @@ from kgen.pointwise import reference_forward
 from kgen.problem import load_problem
 from kgen.spec import match
 from tests.families import setup_problem
-from tests.helpers import REPO, conv_problem, write_problem
+from tests.helpers import REPO, conv_problem, poison_cuda_allocator, write_problem
 
 NAME = "conv2d_epilogue"
 CONV_ARGS = ("in_channels", "out_channels", "kernel_size")
@@ -128,6 +128,11 @@ _TABLE += [
      CONV_IN + ["return F.silu(x)"], [], {}),
     ("halo_ci24_k3x5_dil21_bias_c", 1, (1, 24, 21, 40), conv(24, 40, (3, 5), dilation=(2, 1)),
      CONV_IN + ["return x + self.shift"], ["self.shift = nn.Parameter(torch.randn(out_channels, 1, 1))"], {}),
+    ("halo_ci16_avgpool2_divisor_scale_c", 2, (2, 16, 19, 70), conv(16, 20, 3, padding=1),
+     CONV_IN + ["x = F.avg_pool2d(torch.relu(x), 2, divisor_override=3)", "return x * self.scale"],
+     ["self.scale = nn.Parameter(torch.rand(out_channels, 1, 1) + 0.5)"], {}),
+    ("halo_ci8_maxpool_ceil_even_sum", 0, (2, 8, 18, 22), conv(8, 12, 3, padding=1),
+     CONV_IN + ["x = F.max_pool2d(x, 2, ceil_mode=True)", "return x.sum(dim=1)"], [], {}),
     ("halo_ci8_small_tanh_maxpool", 2, (3, 8, 9, 10), conv(8, 16, 3), CONV_IN + ["x = torch.tanh(x)", "x = F.max_pool2d(x, 2)",
                                                                           "return x * 2.0"], [], {}),
 ]
@@ -695,6 +700,38 @@ def test_batch_is_a_runtime_value(cid, batch):
     torch.testing.assert_close(x.grad, xr.grad, atol=1e-4, rtol=1e-4)
     for (name, p), (_, pr) in zip(new.named_parameters(), model.named_parameters()):
         torch.testing.assert_close(p.grad, pr.grad, atol=1e-4, rtol=1e-4, msg=lambda m: f"{name}: {m}")
+
+
+FUSED = ["halo_ci16_avgpool2_divisor_scale_c", "halo_ci8_maxpool_ceil_even_sum", "halo_ci8_small_tanh_maxpool"]
+
+
+@pytest.mark.parametrize("cid", FUSED)
+def test_pooling_after_a_halo_forward_is_folded_in_for_inference(cid):
+    d = fam.derive(_spec(CASE[cid]))
+    assert d["HALO"] is not None and d["FUSED_POOL"] is not None
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tf32", [False, True], ids=["tf32_off", "tf32_on"])
+@pytest.mark.parametrize("cid", FUSED)
+def test_inference_with_pooling_folded_in_matches(cid, tf32):
+    """Without autograd the first pooling stage runs inside the convolution's kernel (training keeps it separate,
+    so the numerics tier, which runs with gradients, does not reach this path)."""
+    model, new, shape = setup_problem(CASE[cid])
+    x = torch.randn(shape, device="cuda")
+    with torch.no_grad():
+        ref = model(x)
+    torch.backends.cudnn.allow_tf32 = tf32
+    try:
+        with torch.no_grad():
+            poison_cuda_allocator(4 * ref.numel() + 4096)
+            out = new(x)
+        train = new(x.clone().requires_grad_(True)).detach()  # the unfused kernels
+    finally:
+        torch.backends.cudnn.allow_tf32 = False
+    tol = 2e-3 if tf32 else 1e-4
+    torch.testing.assert_close(out, ref, atol=tol, rtol=tol)
+    torch.testing.assert_close(out, train, atol=1e-5 if not tf32 else 2e-3, rtol=1e-5 if not tf32 else 2e-3)
 
 
 @pytest.mark.gpu

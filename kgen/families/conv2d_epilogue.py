@@ -354,6 +354,26 @@ def halo_plan(spec: Spec, tile: dict) -> dict | None:
     return dict(TH=th, TW=tw, HH=hh, HW=hw, HCS=hcs, CC=HALO_CC, SMEM_BYTES=smem)
 
 
+def fused_pool(spec: Spec, halo: dict | None, tile: dict) -> dict | None:
+    """Inference (no autograd) through the halo forward with the first stage folded in, when that stage is avg / max
+    pooling with the window equal to the stride, no padding or dilation, and no partial windows, whose windows fall
+    inside a CTA's TH x TW tile: the conv output then never reaches global memory. Training keeps the stage as its
+    own kernel (its backward reads what the stage saves)."""
+    if halo is None or not spec.stages:
+        return None
+    st = spec.stages[0]
+    if st.kind != "pool" or st.op not in ("avg", "max"):
+        return None
+    kh, kw, sh, sw, ph, pw, dh, dw = st.window
+    if (kh, kw) != (sh, sw) or (ph, pw) != (0, 0) or (dh, dw) != (1, 1) or halo["TH"] % kh or halo["TW"] % kw:
+        return None
+    if st.ceil_mode and (spec.HO % kh or spec.WO % kw):
+        return None
+    ps = tile["BN"] * halo["TH"] * halo["TW"] * 4  # the CTA's conv outputs, staged for pooling
+    return dict(op=st.op, KH=kh, KW=kw, PHO=st.out_shape[2], PWO=st.out_shape[3], divisor=st.divisor or kh * kw,
+                SMEM_BYTES=max(halo["SMEM_BYTES"], ps))
+
+
 def direct(spec: Spec) -> bool:
     """Direct kernels (float32 FMA per output, input gradient and weight tap) instead of GEMMs: one input channel per
     group (depthwise, or a one-channel input), where the GEMM's reduction would be only the KH*KW taps."""
@@ -514,6 +534,7 @@ def derive(spec: Spec) -> dict:
         [dict(out=f"gp{i}", scalar=p.broadcast == "scalar") for i, p in enumerate(s.params)]
     tiles = dict(F=gemm_tile(1 << 20, cog), D=gemm_tile(1 << 20, cig), WG=gemm_tile(cog, cig * s.KH * s.KW))
     phases, phase_table = dgrad_phases(s, cog)
+    halo = halo_plan(s, tiles["F"])
     stages, first, nsaved = [], len(s.params), 1  # saved[0]: the conv's z
     for k, st in enumerate(s.stages, start=1):
         ctx = _stage_context(k, st, first)
@@ -536,7 +557,7 @@ def derive(spec: Spec) -> dict:
         red_outputs=red_outputs, TAB_MAX=TAB_MAX, DIRECT=direct(s),
         tap_tables=[dict(name="X", entries=tap_table(cig, s, max(BK, tiles["WG"]["BN"]))),
                     dict(name="Y", entries=phase_table)],
-        HALO=halo_plan(s, tiles["F"]), dg_phases=phases, DG_MAX_PIXELS=max(ph["hp"] * ph["wp"] for ph in phases),
+        HALO=halo, FUSED_POOL=fused_pool(s, halo, tiles["F"]), dg_phases=phases, DG_MAX_PIXELS=max(ph["hp"] * ph["wp"] for ph in phases),
         params=[dict(c=f"p{i}", name=p.name, shape=list(p.shape)) for i, p in enumerate(all_params(s))],
         conv_params=[dict(c=f"p{i}", name=p.name, shape=list(p.shape)) for i, p in enumerate(s.params)],
         stages=stages, NSAVED=nsaved, TAIL_THREADS=TAIL_THREADS, RED_TARGET_BLOCKS=RED_TARGET_BLOCKS, RED_MIN_CHUNK=RED_MIN_CHUNK,
