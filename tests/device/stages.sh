@@ -27,7 +27,7 @@ run() {  # name seconds command...
     grep -E "^(FAILED|ERROR|GPU FAIL|BUILD FAIL|RENDER FAIL)| FAILED|cases where" "$OUT/$name.log" | head -20; } | tee -a "$SUMMARY"
 }
 build() {  # log-name path
-  path "$2"; run "$1" 200 python3 tests/device/prebuild.py 16 ${FAMILY:-}
+  path "$2"; run "$1" ${BUILD_SECS:-200} python3 tests/device/prebuild.py 16 ${FAMILY:-}
 }
 tier() {  # log-name path: the GPU tier except multi-GPU and full-size tests (GPU_K: a pytest -k expression)
   path "$2"; run "$1" "${GPU_SECS:-330}" python3 -m pytest -v --durations=25 -m "gpu and not multigpu and not slow" \
