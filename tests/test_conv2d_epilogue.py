@@ -690,9 +690,14 @@ def test_batch_is_a_runtime_value(cid, batch):
     """Batch sizes other than the traced one, also through reductions over the batch dim."""
     model, new, shape = setup_problem(BIG_REDUCTION if cid == "big_reduction" else CASE[cid])
     assert shape[0] not in (1, 5)
-    x = torch.randn((batch,) + shape[1:], device="cuda", requires_grad=True)
+    check_training_step(model, new, new, (batch,) + shape[1:])
+
+
+def check_training_step(model, new, run, shape) -> None:
+    """run (new, or new compiled) against model on fresh inputs: the output, x's gradient and every parameter's."""
+    x = torch.randn(shape, device="cuda", requires_grad=True)
     xr = x.detach().clone().requires_grad_(True)
-    ref, out = model(xr), new(x)
+    ref, out = model(xr), run(x)
     torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4)
     g = torch.randn_like(ref)
     ref.backward(g)
@@ -740,17 +745,7 @@ def test_stages_under_torch_compile_fullgraph(cid):
     """The fake kernels give forward_train's saved tensors their real shapes and dtypes (int32 indices), so a
     compiled training step matches eager."""
     model, new, shape = setup_problem(CASE[cid])
-    compiled = torch.compile(new, fullgraph=True)
-    x = torch.randn(shape, device="cuda", requires_grad=True)
-    xr = x.detach().clone().requires_grad_(True)
-    out, ref = compiled(x), model(xr)
-    torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4)
-    g = torch.randn_like(ref)
-    out.backward(g)
-    ref.backward(g)
-    torch.testing.assert_close(x.grad, xr.grad, atol=1e-4, rtol=1e-4)
-    for (name, p), (_, pr) in zip(new.named_parameters(), model.named_parameters()):
-        torch.testing.assert_close(p.grad, pr.grad, atol=1e-4, rtol=1e-4, msg=lambda m: f"{name}: {m}")
+    check_training_step(model, new, torch.compile(new, fullgraph=True), shape)
 
 
 @pytest.mark.gpu
