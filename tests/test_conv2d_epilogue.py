@@ -422,12 +422,24 @@ def _random_tail(rng: random.Random, forward: list[str], init: list[str]) -> int
     return n_ops
 
 
-def _valid(source: str) -> bool:
+def _user(source: str) -> dict:
     ns: dict = {"__name__": "kgen_reference"}
     exec(compile(source, "<problem>", "exec"), ns)
+    return ns
+
+
+def _meta_run(source: str):
+    """(Model, input, output) on the meta device."""
+    ns = _user(source)
+    with torch.device("meta"):
+        model = ns["Model"](*ns["get_init_inputs"]())
+        x = ns["get_inputs"]()[0]
+        return model, x, model(x)
+
+
+def _valid(source: str) -> bool:
     try:
-        with torch.device("meta"):
-            ns["Model"](*ns["get_init_inputs"]())(ns["get_inputs"]()[0])
+        _meta_run(source)
     except (RuntimeError, ValueError, IndexError):
         return False
     return True
@@ -457,21 +469,6 @@ RANDOM = [_random_case(random.Random(f"{NAME}:{seed}")) for seed in range(30)]
 
 
 # ------------------------------------------------------------------------------------------------------- CPU tier
-
-
-def _user(source: str) -> dict:
-    ns: dict = {"__name__": "kgen_reference"}
-    exec(compile(source, "<problem>", "exec"), ns)
-    return ns
-
-
-def _meta_run(source: str):
-    """(Model, input, output) on the meta device."""
-    ns = _user(source)
-    with torch.device("meta"):
-        model = ns["Model"](*ns["get_init_inputs"]())
-        x = ns["get_inputs"]()[0]
-        return model, x, model(x)
 
 
 def _spec(source: str):

@@ -210,7 +210,8 @@ def _meta_read(n: fx.Node) -> bool:
         and _meta_read(n.args[0])
 
 
-def _tail(gm: fx.GraphModule, conv: fx.Node, out: fx.Node, model: nn.Module) -> tuple[Program, tuple[Stage, ...]]:
+def _tail(gm: fx.GraphModule, conv: fx.Node, conv_shape: tuple[int, ...], out: fx.Node, model: nn.Module
+          ) -> tuple[Program, tuple[Stage, ...]]:
     """The conv's own program and the stages after it: the graph from the convolution to the output must be
     pointwise programs separated by shape-changing ops (2-d pooling, reductions, views), each fed by the one before."""
     calls = [n for n in list(gm.graph.nodes)[list(gm.graph.nodes).index(conv) + 1:]
@@ -218,7 +219,7 @@ def _tail(gm: fx.GraphModule, conv: fx.Node, out: fx.Node, model: nn.Module) -> 
     ops = {n: normalize(n, gm) for n in calls}
     shape_nodes = [n for n in calls if ops[n].kind in SHAPE_KINDS]
     covered: set[fx.Node] = set(shape_nodes)
-    cur, shape, batched = conv, _meta_shape(conv), True
+    cur, shape, batched = conv, conv_shape, True
     programs: list[Program] = []
     stages: list[Stage] = []
     for node in shape_nodes:
@@ -257,11 +258,6 @@ def _tail(gm: fx.GraphModule, conv: fx.Node, out: fx.Node, model: nn.Module) -> 
     return programs[0], tuple(stages)
 
 
-def _meta_shape(node: fx.Node) -> tuple[int, ...]:
-    meta = node.meta.get("tensor_meta")
-    return tuple(meta.shape)
-
-
 def _program(gm: fx.GraphModule, start: fx.Node, end: fx.Node) -> Program:
     try:
         return pointwise_program(gm, start, end)
@@ -288,7 +284,7 @@ def match(ops: list[Op] | None, problem: Problem) -> Spec | None:
     if not isinstance(out, fx.Node):
         raise Unsupported(f"{conv.where}: Model.forward does not return one tensor")
     model = _meta_model(problem)
-    program, stages = _tail(gm, node, out, model)
+    program, stages = _tail(gm, node, tuple(conv.shape), out, model)
     params = _params(program, model, tuple(conv.shape), where(out))
     seen = {p.name for p in params}
     for st in stages:
