@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # One device call made of named, time-boxed stages; each stage's log goes to $OUT/<stage>.log and its last line(s)
 # to the summary printed at the end. Usage: bash tests/device/stages.sh STAGE [STAGE ...]
-# Stages: import build build80 gpu gpu80 slow percall sweep bench bench80 benchpool benchpool_nc benchconv
+# Stages: import build build80 gpu gpu80 slow percall sweep bench bench80 benchpool benchpool_nc benchconv profile
 #   import: kgen generate, then a cold and a warm import of a generated module (tests/device/import_timing.py)
 #   build / build80: every GPU-test extension (FAMILY: one family's), 16 jobs (Hopper path / KGEN_FORCE_SM80=1, each with its own cache)
 #   gpu / gpu80: the GPU tier on that path (GPU_K: a pytest -k expression); slow: the full-size tests
 #   percall: tests/device/per_call.py; sweep: SWEEP_N (60) random problems of FAMILY (pool); bench / bench80: the bundled problems
 #   benchpool (benchpool_nc: without torch.compile): tests/bench/bench_pool.py --quick (POOL_ONLY: names)
 #   benchconv: tests/bench/bench_conv2d_epilogue.py --quick, TF32 off and allowed (BENCH_ONLY: names)
+#   profile: tests/dev/profile_conv.py per kernel, TF32 off and allowed (PROFILE_ONLY: names, default two)
 # Build first in the same call (or on the same warm machine): the GPU tests then load from the cache.
 # Environment: KGEN_CACHE_DIR per path (sm90 / sm80), KGEN_TEST_GEN_DIR shared.
 set -u
@@ -50,6 +51,7 @@ for stage in "$@"; do
     benchpool) path sm90; run benchpool 420 python3 tests/bench/bench_pool.py --quick --csv "$OUT/bench.csv" ${POOL_ONLY:+--only $POOL_ONLY} ;;
     benchconv) path sm90; run benchconv ${BENCH_SECS:-420} python3 tests/bench/bench_conv2d_epilogue.py --quick --csv "$OUT/bench.csv" ${BENCH_ONLY:+--only $BENCH_ONLY} ;;
     benchpool_nc) path sm90; run benchpool 240 python3 tests/bench/bench_pool.py --quick --no-compile --csv "$OUT/bench.csv" ${POOL_ONLY:+--only $POOL_ONLY} ;;
+    profile) path sm90; for t in "" --tf32; do run "profile$t" 240 python3 tests/dev/profile_conv.py $t ${PROFILE_ONLY:-conv3x3_relu_bias conv3x3_hardswish_maxpool_mish}; done ;;
     *) echo "unknown stage $stage" | tee -a "$SUMMARY" ;;
   esac
 done
