@@ -137,6 +137,19 @@ _TABLE += [
                                                                           "return x * 2.0"], [], {}),
 ]
 
+# Stride 1 and out channels per group a multiple of 8: grad_x from halo tiles (a convolution of gz with the flipped
+# weights), including padding past the kernel's reach (grad_x's own padding negative), 'same' with one more row / column
+# at the end, groups, dilation and an RGB-like input (3 grad_x columns of 8).
+_TABLE += [
+    ("dxhalo_ci3_co16_k3_pad3_relu", 1, (2, 3, 21, 26), conv(3, 16, 3, padding=3), CONV_IN + ["return torch.relu(x)"], [], {}),
+    ("dxhalo_groups2_co16_k3x2_pad02_tanh", 1, (2, 8, 17, 40), conv(8, 16, (3, 2), padding=(0, 2), groups=2),
+     CONV_IN + ["return torch.tanh(x)"], [], {}),
+    ("dxhalo_same_k4_co8_dil23_gelu", 1, (1, 5, 23, 35), conv(5, 8, 4, padding="same", dilation=(2, 3)),
+     CONV_IN + ["return F.gelu(x)"], [], {}),
+    ("dxhalo_ci16_co24_k5_no_bias_maxpool_sum", 0, (2, 16, 26, 33), conv(16, 24, 5, padding=1, bias=False),
+     CONV_IN + ["x = F.max_pool2d(x, 3, stride=2)", "return x.sum(dim=(2, 3))"], [], {}),
+]
+
 # After the convolution's program: 2-d pooling, reductions and views, each followed by a program (issue 9's stages).
 _TABLE += [
     ("maxpool2_mish", 3, (2, 4, 22, 20), conv(4, 16, 3), CONV_IN + ["x = F.hardswish(x - 0.5)", "x = F.max_pool2d(x, 2)",

@@ -332,22 +332,46 @@ HALO_SMEM_MAX = 96 * 1024  # the halo forward's shared memory (two stages): with
 HALO_CC = 8  # input channels per halo chunk
 
 
+def _halo(cin: int, hin: int, win: int, cin_g: int, hout: int, wout: int, cout_g: int, k: tuple[int, int],
+          stride: tuple[int, int], pad: tuple[int, int], dil: tuple[int, int], tile: dict, flip: bool) -> dict | None:
+    """A convolution from halo tiles: input (n, cin, hin, win) in groups of cin_g channels, output (n, ., hout, wout)
+    in groups of cout_g, kernel k, stride, top / left padding pad (negative: the first output reads from row -pad on),
+    dilation; flip: weight tap (kh, kw) is w's (KH-1-kh, KW-1-kw) with its in / out channels swapped (grad_x as a
+    convolution of gz). A CTA computes TH x TW output positions of one image; per chunk of HALO_CC input channels it
+    stages the input rows / columns they read and the chunk's weights. None when it would not fit HALO_SMEM_MAX."""
+    kh, kw = k
+    tw = 32 if wout >= 28 else 16 if wout >= 12 else 8
+    th = tile["BM"] // tw
+    hh, hw = (th - 1) * stride[0] + (kh - 1) * dil[0] + 1, (tw - 1) * stride[1] + (kw - 1) * dil[1] + 1
+    hcs = hh * hw + (8 - hh * hw % 32) % 32  # 8 mod 32: a fragment's 4 channels x 8 positions hit 32 banks
+    smem = 2 * (HALO_CC * hcs + kh * kw * HALO_CC * tile["LDB"]) * 4
+    if smem > HALO_SMEM_MAX:
+        return None
+    return dict(CIN=cin, HIN=hin, WIN=win, CING=cin_g, HOUT=hout, WOUT=wout, COUTG=cout_g, SH=stride[0], SW=stride[1],
+                PH=pad[0], PW=pad[1], FLIP=flip, TH=th, TW=tw, HH=hh, HW=hw, HCS=hcs, CC=HALO_CC, SMEM_BYTES=smem,
+                TILES_H=ceil_div(hout, th), TILES_W=ceil_div(wout, tw))
+
+
 def halo_plan(spec: Spec, tile: dict) -> dict | None:
-    """The forward from halo tiles (TH x TW output positions of one image; per chunk of HALO_CC input channels the
-    input rows / columns they read and the chunk's weights in shared memory), or None where the implicit GEMM's
-    im2col loader stays: the direct path, input channels per group not a multiple of HALO_CC, a stride larger than
-    the kernel (the halo would stage skipped pixels), or more than HALO_SMEM_MAX of shared memory."""
+    """The forward from halo tiles, or None where the implicit GEMM's im2col loader stays: the direct path, input
+    channels per group not a multiple of HALO_CC, a stride larger than the kernel (the halo would stage skipped
+    pixels), or more than HALO_SMEM_MAX of shared memory."""
     s = spec
     if direct(s) or (s.CI // s.G) % HALO_CC or tile["BM"] != 128 or s.SH > s.KH or s.SW > s.KW:
         return None
-    tw = 32 if s.WO >= 28 else 16 if s.WO >= 12 else 8
-    th = tile["BM"] // tw
-    hh, hw = (th - 1) * s.SH + (s.KH - 1) * s.DH + 1, (tw - 1) * s.SW + (s.KW - 1) * s.DW + 1
-    hcs = hh * hw + (8 - hh * hw % 32) % 32  # 8 mod 32: a fragment's 4 channels x 8 positions hit 32 banks
-    smem = 2 * (HALO_CC * hcs + s.KH * s.KW * HALO_CC * tile["LDB"]) * 4
-    if smem > HALO_SMEM_MAX:
+    return _halo(s.CI, s.H, s.W, s.CI // s.G, s.HO, s.WO, s.CO // s.G, (s.KH, s.KW), (s.SH, s.SW), (s.PH, s.PW),
+                 (s.DH, s.DW), tile, False)
+
+
+def halo_dx_plan(spec: Spec, tile: dict) -> dict | None:
+    """grad_x from halo tiles at stride 1: grad_x = conv(gz, w flipped and transposed) with padding DH*(KH-1) - PH
+    (likewise columns), out channels per group a multiple of HALO_CC (gz's channels are its input). None: the
+    per-phase im2col GEMMs stay (strides, the direct path, other channel counts, too much shared memory)."""
+    s = spec
+    if direct(s) or (s.CO // s.G) % HALO_CC or tile["BM"] != 128 or (s.SH, s.SW) != (1, 1):
         return None
-    return dict(TH=th, TW=tw, HH=hh, HW=hw, HCS=hcs, CC=HALO_CC, SMEM_BYTES=smem)
+    return _halo(s.CO, s.HO, s.WO, s.CO // s.G, s.H, s.W, s.CI // s.G, (s.KH, s.KW), (1, 1),
+                 (s.DH * (s.KH - 1) - s.PH, s.DW * (s.KW - 1) - s.PW), (s.DH, s.DW), tile, True)
 
 
 def fused_pool(spec: Spec, halo: dict | None, tile: dict) -> dict | None:
@@ -531,6 +555,7 @@ def derive(spec: Spec) -> dict:
     tiles = dict(F=gemm_tile(1 << 20, cog), D=gemm_tile(1 << 20, cig), WG=gemm_tile(cog, cig * s.KH * s.KW))
     phases, phase_table = dgrad_phases(s, cog)
     halo = halo_plan(s, tiles["F"])
+    halo_dx = halo_dx_plan(s, tiles["D"])
     stages, first, nsaved = [], len(s.params), 1  # saved[0]: the conv's z
     for k, st in enumerate(s.stages, start=1):
         ctx = _stage_context(k, st, first)
@@ -552,8 +577,8 @@ def derive(spec: Spec) -> dict:
         needs_z=needs_z, write_gz=bool(s.program.live()), NRED=len(red_terms), red_terms=red_terms,
         red_outputs=red_outputs, TAB_MAX=TAB_MAX, DIRECT=direct(s),
         tap_tables=[dict(name="X", entries=tap_table(cig, s, max(BK, tiles["WG"]["BN"]))),
-                    dict(name="Y", entries=phase_table)],
-        HALO=halo, FUSED_POOL=fused_pool(s, halo, tiles["F"]), dg_phases=phases, DG_MAX_PIXELS=max(ph["hp"] * ph["wp"] for ph in phases),
+                    dict(name="Y", entries=[] if halo_dx else phase_table)],
+        HALO=halo, HALO_DX=halo_dx, FUSED_POOL=fused_pool(s, halo, tiles["F"]), dg_phases=phases, DG_MAX_PIXELS=max(ph["hp"] * ph["wp"] for ph in phases),
         params=[dict(c=f"p{i}", name=p.name, shape=list(p.shape)) for i, p in enumerate(all_params(s))],
         conv_params=[dict(c=f"p{i}", name=p.name, shape=list(p.shape)) for i, p in enumerate(s.params)],
         stages=stages, NSAVED=nsaved, TAIL_THREADS=TAIL_THREADS, RED_TARGET_BLOCKS=RED_TARGET_BLOCKS, RED_MIN_CHUNK=RED_MIN_CHUNK,
