@@ -374,6 +374,39 @@ def halo_dx_plan(spec: Spec, tile: dict) -> dict | None:
                  (s.DH * (s.KH - 1) - s.PH, s.DW * (s.KW - 1) - s.PW), (s.DH, s.DW), tile, True)
 
 
+HALO_W_WARPS = 8  # grad_w from halo tiles: warps of a CTA (WARPS_M over its out channels, WARPS_K over positions)
+HALO_W_TAPS = 9  # ... and at most this many taps per CTA (the warp's n8 tiles: registers)
+
+
+def halo_w_plan(spec: Spec) -> dict | None:
+    """grad_w from halo tiles: a CTA owns BM out channels x (a chunk of HALO_CC input channels, NT taps) of grad_w and
+    runs over a range of TH x TW output-position tiles; per tile it stages gz's BM x TH*TW block and the chunk's input
+    halo, then every tap's GEMM slice (k = positions) from shared memory. Warps split the out channels (WARPS_M) and
+    the tile's positions (WARPS_K; their sums are added in a fixed order at the end). None where the im2col GEMM
+    stays: the direct path, a stride larger than the kernel, or more than HALO_SMEM_MAX of shared memory."""
+    s = spec
+    if direct(s) or s.SH > s.KH or s.SW > s.KW:
+        return None
+    cig, cog, kk = s.CI // s.G, s.CO // s.G, s.KH * s.KW
+    bm = _pow2(cog, 16, 64)
+    wm = bm // 16
+    tg = ceil_div(kk, HALO_W_TAPS)  # tap groups
+    nt = ceil_div(kk, tg)
+    tw = 32 if s.WO >= 28 else 16 if s.WO >= 12 else 8
+    th = 128 // tw
+    hh, hw = (th - 1) * s.SH + (s.KH - 1) * s.DH + 1, (tw - 1) * s.SW + (s.KW - 1) * s.DW + 1
+    hcs = hh * hw + (4 - hh * hw % 32) % 32  # 4 mod 32: a B fragment's 8 channels x 4 positions hit 32 banks
+    ldp = th * tw + 4  # gz rows: 4 mod 32, an A fragment's 8 channels x 4 positions hit 32 banks
+    stage = bm * ldp + HALO_CC * hcs
+    red = HALO_W_WARPS * 16 * nt * 8  # the WARPS_K partial sums, staged for the fixed-order add
+    smem = max(2 * stage, red) * 4
+    if smem > HALO_SMEM_MAX:
+        return None
+    return dict(BM=bm, WARPS_M=wm, WARPS_K=HALO_W_WARPS // wm, THREADS=32 * HALO_W_WARPS, NT=nt, TGROUPS=tg,
+                TH=th, TW=tw, HH=hh, HW=hw, HCS=hcs, LDP=ldp, CC=HALO_CC, MTILES=ceil_div(cog, bm),
+                NCH=ceil_div(cig, HALO_CC), TILES_H=ceil_div(s.HO, th), TILES_W=ceil_div(s.WO, tw), SMEM_BYTES=smem)
+
+
 def fused_pool(spec: Spec, halo: dict | None, tile: dict) -> dict | None:
     """Inference (no autograd) through the halo forward with the first stage folded in, when that stage is avg / max
     pooling with the window equal to the stride, no padding or dilation, and no partial windows, whose windows fall
@@ -556,6 +589,7 @@ def derive(spec: Spec) -> dict:
     phases, phase_table = dgrad_phases(s, cog)
     halo = halo_plan(s, tiles["F"])
     halo_dx = halo_dx_plan(s, tiles["D"])
+    halo_w = halo_w_plan(s)
     stages, first, nsaved = [], len(s.params), 1  # saved[0]: the conv's z
     for k, st in enumerate(s.stages, start=1):
         ctx = _stage_context(k, st, first)
@@ -578,7 +612,7 @@ def derive(spec: Spec) -> dict:
         red_outputs=red_outputs, TAB_MAX=TAB_MAX, DIRECT=direct(s),
         tap_tables=[dict(name="X", entries=tap_table(cig, s, max(BK, tiles["WG"]["BN"]))),
                     dict(name="Y", entries=[] if halo_dx else phase_table)],
-        HALO=halo, HALO_DX=halo_dx, FUSED_POOL=fused_pool(s, halo, tiles["F"]), dg_phases=phases, DG_MAX_PIXELS=max(ph["hp"] * ph["wp"] for ph in phases),
+        HALO=halo, HALO_DX=halo_dx, HALO_W=halo_w, FUSED_POOL=fused_pool(s, halo, tiles["F"]), dg_phases=phases, DG_MAX_PIXELS=max(ph["hp"] * ph["wp"] for ph in phases),
         params=[dict(c=f"p{i}", name=p.name, shape=list(p.shape)) for i, p in enumerate(all_params(s))],
         conv_params=[dict(c=f"p{i}", name=p.name, shape=list(p.shape)) for i, p in enumerate(s.params)],
         stages=stages, NSAVED=nsaved, TAIL_THREADS=TAIL_THREADS, RED_TARGET_BLOCKS=RED_TARGET_BLOCKS, RED_MIN_CHUNK=RED_MIN_CHUNK,
