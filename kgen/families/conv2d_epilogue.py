@@ -427,6 +427,16 @@ def fused_pool(spec: Spec, halo: dict | None, tile: dict) -> dict | None:
                 SMEM_BYTES=max(halo["SMEM_BYTES"], ps))
 
 
+def fold_pool_backward(spec: Spec) -> dict | None:
+    """Training: when the first stage is 2-d pooling (any kind), the convolution's adjoint kernel gathers that stage's
+    input gradient itself (tail.cu.j2's pool_grad per conv output element) instead of reading it from a tensor the
+    size of the conv output that the stage's backward would write. None: no such stage."""
+    if not spec.stages or spec.stages[0].kind != "pool":
+        return None
+    st = spec.stages[0]
+    return dict(OH=st.out_shape[2], OW=st.out_shape[3])
+
+
 def direct(spec: Spec) -> bool:
     """Direct kernels (float32 FMA per output, input gradient and weight tap) instead of GEMMs: one input channel per
     group (depthwise, or a one-channel input), where the GEMM's reduction would be only the KH*KW taps."""
@@ -599,6 +609,7 @@ def derive(spec: Spec) -> dict:
             nsaved += int(wanted)
         stages.append(ctx)
         first += len(st.params)
+    fold = fold_pool_backward(s)
     for key, t in tiles.items():
         ctiles = ceil_div(cog if key == "F" else cig, t["BN"])
         if key != "WG" and s.G * ctiles > 65535:
@@ -608,7 +619,7 @@ def derive(spec: Spec) -> dict:
         YPLANE=s.HO * s.WO, BK=BK, STAGES=STAGES, WG_TARGET_CTAS=WG_TARGET_CTAS, WG_MIN_CHUNK=WG_MIN_CHUNK,
         EB_TARGET_BLOCKS=EB_TARGET_BLOCKS, **tiles,
         fwd_lines=list(fwd.lines), fwd_result=fwd.result, bwd_lines=list(bwd.lines), bwd_result=bwd.result,
-        needs_z=needs_z, write_gz=bool(s.program.live()), NRED=len(red_terms), red_terms=red_terms,
+        needs_z=needs_z, write_gz=bool(s.program.live()) or fold is not None, FOLD_POOL_BWD=fold, NRED=len(red_terms), red_terms=red_terms,
         red_outputs=red_outputs, TAB_MAX=TAB_MAX, DIRECT=direct(s),
         tap_tables=[dict(name="X", entries=tap_table(cig, s, max(BK, tiles["WG"]["BN"]))),
                     dict(name="Y", entries=[] if halo_dx else phase_table)],
