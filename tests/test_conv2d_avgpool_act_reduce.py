@@ -81,6 +81,25 @@ def test_kernel_source_has_both_paths_and_no_dev_knobs():
         assert knob not in src, knob
 
 
+@pytest.mark.parametrize("act", sorted(fam.ACT_TYPES))
+def test_each_activation_is_a_struct_of_the_activation_header(act):
+    """ACT_TYPES names, for each activation, a struct of templates/common/activation.cuh with fwd and grad; the kernel
+    takes that struct (the compile tier builds every activation through CASES)."""
+    import re
+
+    from kgen import render
+
+    header = (render.TEMPLATE_DIR / "common" / "activation.cuh").read_text()
+    body = re.search(r"^struct %s \{\n(.*?)^\};" % fam.ACT_TYPES[act], header, re.M | re.S)
+    assert body, fam.ACT_TYPES[act]
+    assert "float fwd(float" in body.group(1) and "float grad(float" in body.group(1)
+    assert set(re.findall(r"^struct (\w+) \{", header, re.M)) == set(fam.ACT_TYPES.values())
+    assert set(fam.ACT_TYPES) == set(ACTIVATIONS)
+    cfg = next(c for c in CONFIGS if c[3] == act)
+    d = fam.derive(match(load_problem(write_problem(source(cfg))))[1])
+    assert d["ACT_TYPE"] == fam.ACT_TYPES[act] and d["MEAN"] == (cfg[4] == "mean")
+
+
 CONV = dict(in_channels=3, out_channels=8, kernel_size=3)
 
 

@@ -1,4 +1,4 @@
-// kgen: fused Conv2d -> AvgPool2d -> sigmoid -> sum over [C,H,W]  (kgen_conv2d_avgpool_act_reduce_319f6fc5)
+// kgen: fused Conv2d -> AvgPool2d -> sigmoid -> sum over [C,H,W]  (kgen_conv2d_avgpool_act_reduce_1f9fd19a)
 // Pool-first: conv followed by avg-pool is one linear map, so each pooled output is
 //   pre[n,co,ph,pw] = bias[co] + sum_k (W[co,k]/DIV) * Bs[n,ph,pw,k]   (k = ci*KH*KW + ky*KW + kx)
 // where Bs is a PKH x PKW box sum of the (zero-padded) input at the conv tap offsets.
@@ -19,8 +19,77 @@
 #if KGEN_SM90
 #include <cooperative_groups.h>
 #endif
+// kgen activations for fused reductions: one struct per activation, fwd(v) the activation of the pre-activation v
+// and grad(v) its derivative at v. A family's Python table names the struct (ACT_TYPES in
+// kgen/families/conv2d_avgpool_act_reduce.py); the kernel takes it as `using Act = kgen::act::<row>;`.
+// float32, device code only. These are not kgen::pw's forms (common/pointwise.cuh): sigmoid is the fast one
+// (__expf + __fdividef, about 2 ulp) and the gelu constants and products are grouped differently, so each row keeps
+// the exact expressions its kernels were measured and tested with (relu alone equals kgen::pw::relu).
+#ifndef KGEN_ACTIVATION_CUH
+#define KGEN_ACTIVATION_CUH
 
-namespace kgen_conv2d_avgpool_act_reduce_319f6fc5_ns {
+#include <math.h>
+
+namespace kgen {
+namespace act {
+
+struct Sigmoid {
+    static __device__ __forceinline__ float fwd(float v) { return __fdividef(1.0f, 1.0f + __expf(-v)); }  // __fdividef(1, inf) = 0
+    static __device__ __forceinline__ float grad(float v) {
+        const float s = fwd(v);
+        return s * (1.0f - s);
+    }
+};
+
+struct Tanh {
+    static __device__ __forceinline__ float fwd(float v) { return tanhf(v); }
+    static __device__ __forceinline__ float grad(float v) {
+        const float t = fwd(v);
+        return 1.0f - t * t;
+    }
+};
+
+struct Relu {
+    static __device__ __forceinline__ float fwd(float v) { return v != v ? v : fmaxf(v, 0.0f); }  // NaN propagates, as torch.relu
+    static __device__ __forceinline__ float grad(float v) {
+        return (v > 0.0f || v != v) ? 1.0f : 0.0f;  // PyTorch: output <= 0 ? 0 : grad (NaN passes)
+    }
+};
+
+// gelu, exact: v/2 (1 + erf(v / sqrt 2)); derivative cdf + v pdf.
+struct Gelu {
+    static __device__ __forceinline__ float fwd(float v) {
+        return 0.5f * v * (1.0f + erff(v * 0.70710678118654752440f));
+    }
+    static __device__ __forceinline__ float grad(float v) {
+        return 0.5f * (1.0f + erff(v * 0.70710678118654752440f)) + v * 0.39894228040143267794f * expf(-0.5f * v * v);
+    }
+};
+
+// gelu, tanh approximation: v/2 (1 + tanh(sqrt(2/pi) (v + 0.044715 v^3))).
+struct GeluTanh {
+    static __device__ __forceinline__ float fwd(float v) {
+        return 0.5f * v * (1.0f + tanhf(0.79788456080286535588f * (v + 0.044715f * v * v * v)));
+    }
+    static __device__ __forceinline__ float grad(float v) {
+        const float kb = 0.79788456080286535588f, kk = 0.044715f;
+        const float t = tanhf(kb * (v + kk * v * v * v));
+        return 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * kb * (1.0f + 3.0f * kk * v * v);
+    }
+};
+
+// no activation
+struct Identity {
+    static __device__ __forceinline__ float fwd(float v) { return v; }
+    static __device__ __forceinline__ float grad(float) { return 1.0f; }
+};
+
+}  // namespace act
+}  // namespace kgen
+
+#endif  // KGEN_ACTIVATION_CUH
+
+namespace kgen_conv2d_avgpool_act_reduce_1f9fd19a_ns {
 
 // ---- 3xTF32 tensor-core helpers (mma.sync m16n8k8, fp32-level accuracy) ----
 // a = hi + lo with hi = rna(a) in tf32; lo is passed raw (the tensor core ignores its low 13 bits).
@@ -157,13 +226,13 @@ static_assert(F_SMEM <= SMEM_MAX && B_SMEM <= SMEM_MAX,
               "run it on sm_90 or newer");
 #endif
 
-// ---------------- activation ----------------
-__device__ __forceinline__ float act_fwd(float v) {
-    return __fdividef(1.0f, 1.0f + __expf(-v));   // __fdividef(1, inf) = 0
-}
-__device__ __forceinline__ float act_grad(float v) {
-    const float s = __fdividef(1.0f, 1.0f + __expf(-v));
-    return s * (1.0f - s);
+// ---------------- activation and reduction ----------------
+using Act = kgen::act::Sigmoid;   // sigmoid: Act::fwd(v), its derivative Act::grad(v)
+constexpr bool MEAN = false;   // sum over [C,H,W]
+// out[n] from the sum over [C,H,W] of sample n; applied to grad_out[n], the gradient at each summed value
+__device__ __forceinline__ float reduce_finish(float s) {
+    if constexpr (MEAN) return s / (float)COUNT;
+    else return s;
 }
 
 // ---------------- shared building blocks ----------------
@@ -449,7 +518,7 @@ fwd_kernel(const float* __restrict__ x, const float* __restrict__ w, const float
 #pragma unroll
                     for (int r = 0; r < 4; ++r) {
                         const int co = cc * COCH + j * 8 + 2 * t + (r & 1);
-                        const float v = act_fwd(acc[i][j][r] + bias_s[co]);
+                        const float v = Act::fwd(acc[i][j][r] + bias_s[co]);
                         if (rv[r >> 1] && (CO == CO_ALL || co < CO)) tsum += v;
                     }
             }
@@ -467,7 +536,7 @@ fwd_kernel(const float* __restrict__ x, const float* __restrict__ w, const float
     }
     if (cl == 1) {
         if (threadIdx.x == 0) {
-            out[img] = red[NW];
+            out[img] = reduce_finish(red[NW]);
         }
         return;
     }
@@ -478,7 +547,7 @@ fwd_kernel(const float* __restrict__ x, const float* __restrict__ w, const float
     if (rank == 0 && threadIdx.x == 0) {
         float s = 0.0f;
         for (int r = 0; r < cl; ++r) s += *cluster.map_shared_rank(red + NW, r);
-        out[img] = s;
+        out[img] = reduce_finish(s);
     }
     cluster.sync();
 #else
@@ -494,7 +563,7 @@ fwd_finish_kernel(const float* __restrict__ fpart, int cl, long long n, float* _
     if (i >= n) return;
     float s = 0.0f;
     for (int r = 0; r < cl; ++r) s += __ldg(fpart + i * cl + r);
-    out[i] = s;
+    out[i] = reduce_finish(s);
 }
 #endif
 
@@ -523,7 +592,7 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
         const int tile = (int)(tt - img * B_TILES);
         const int th = tile / B_TW, tw = tile - th * B_TW;
         const int ph_base = th * TPH_B - HALO_H, pw_base = tw * TPW_B - HALO_W;
-        const float gval = __ldg(gout + img);
+        const float gval = reduce_finish(__ldg(gout + img));
         __syncthreads();
         // core positions of this tile (owned by it: grad_w, grad_b and grad_x count them once)
 #pragma unroll
@@ -575,7 +644,7 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
                         for (int r = 0; r < 4; ++r) {
                             const int m = mt * 16 + g + (r >> 1) * 8;
                             const int co = cc * COCH + j * 8 + 2 * t + (r & 1);
-                            const float d = gval * act_grad(acc[i][j][r] + bias_s[co]);
+                            const float d = gval * Act::grad(acc[i][j][r] + bias_s[co]);
                             Dp[m * CP + co] = (rv[r >> 1] && (CO == CO_ALL || co < CO)) ? d : 0.0f;
                         }
                 }
@@ -979,12 +1048,12 @@ static long long bwd_grid(int64_t n, const DevInfo& d) {
     const long long tiles = (long long)n * B_TILES, wave = (long long)d.sms * d.bwd_per_sm;
     return tiles < wave ? tiles : wave;
 }
-}  // namespace kgen_conv2d_avgpool_act_reduce_319f6fc5_ns
+}  // namespace kgen_conv2d_avgpool_act_reduce_1f9fd19a_ns
 
 // Workspace bytes the forward (backward == 0) or the backward (backward != 0) needs at batch n on the current
 // device. Uninitialised memory is fine: every float the kernels read back was written earlier in the same call.
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_319f6fc5_workspace_bytes(int64_t n, int backward, size_t* bytes) {
-    using namespace kgen_conv2d_avgpool_act_reduce_319f6fc5_ns;
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_1f9fd19a_workspace_bytes(int64_t n, int backward, size_t* bytes) {
+    using namespace kgen_conv2d_avgpool_act_reduce_1f9fd19a_ns;
     *bytes = 0;
     if (n <= 0) return cudaSuccess;
     if (!backward) {
@@ -1000,9 +1069,9 @@ extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_319f6fc5_workspace_bytes(i
     return cudaSuccess;
 }
 
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_319f6fc5_forward(const float* x, const float* w, const float* b, float* out,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_1f9fd19a_forward(const float* x, const float* w, const float* b, float* out,
                                          void* workspace, int64_t n, cudaStream_t stream) {
-    using namespace kgen_conv2d_avgpool_act_reduce_319f6fc5_ns;
+    using namespace kgen_conv2d_avgpool_act_reduce_1f9fd19a_ns;
     if (n <= 0) return cudaSuccess;
     const DevInfo* d = nullptr;
     cudaError_t e = dev_info(&d);
@@ -1034,10 +1103,10 @@ extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_319f6fc5_forward(const flo
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_319f6fc5_backward(const float* grad_out, const float* x, const float* w, const float* b,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_1f9fd19a_backward(const float* grad_out, const float* x, const float* w, const float* b,
                                           float* grad_x, float* grad_w, float* grad_b, void* workspace,
                                           int64_t n, cudaStream_t stream) {
-    using namespace kgen_conv2d_avgpool_act_reduce_319f6fc5_ns;
+    using namespace kgen_conv2d_avgpool_act_reduce_1f9fd19a_ns;
     const int want_wb = (grad_w != nullptr || grad_b != nullptr) ? 1 : 0;
     float* part = static_cast<float*>(workspace);
     cudaError_t e;

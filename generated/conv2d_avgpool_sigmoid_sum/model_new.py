@@ -2,7 +2,7 @@
 
 Do not edit: regenerate with `kgen generate kgen/problems/conv2d_avgpool_sigmoid_sum.py` (a hand edit makes kgen refuse to overwrite
 this file without --force).
-kgen-checksum: 28a994d574fe938911734a9f148b5747dc029ee0ed3b1141050a43e404f718e9
+kgen-checksum: 9d6223897d362c81b78458be575ed6a4c75a60fa5b33b9d00e82b80882e51eab
 
 Family conv2d_avgpool_act_reduce; spec 52613d086abfd65f:
     CI = 8
@@ -43,7 +43,7 @@ How it works:
 The CUDA and C++ sources below are also written beside this file (kernel.cu, binding.cpp) for reading. They are
 compiled on first import into the extension kgen_conv2d_avgpool_act_reduce_<hash> (the hash covers the sources, compiler flags,
 torch and CUDA versions and the target architectures), cached under $KGEN_CACHE_DIR (else
-$TORCH_EXTENSIONS_DIR/kgen, else ~/.cache/kgen), and loaded from there afterwards. Ops: torch.ops.kgen_conv2d_avgpool_act_reduce_319f6fc5.forward / .backward; autograd is registered in C++ (the
+$TORCH_EXTENSIONS_DIR/kgen, else ~/.cache/kgen), and loaded from there afterwards. Ops: torch.ops.kgen_conv2d_avgpool_act_reduce_1f9fd19a.forward / .backward; autograd is registered in C++ (the
 Autograd dispatch key) and fake kernels below, so a training step runs no Python beyond forward's call, and
 torch.compile(fullgraph=True) and torch.library.opcheck work.
 """
@@ -365,8 +365,8 @@ def kgen_load_extension(namespace, cuda_source, cpp_source):
     return module
 
 # ---- generated kernels ------------------------------------------------------------------------------------------
-KGEN_NAMESPACE = "kgen_conv2d_avgpool_act_reduce_319f6fc5"
-KGEN_CUDA_SOURCE = r'''// kgen: fused Conv2d -> AvgPool2d -> sigmoid -> sum over [C,H,W]  (kgen_conv2d_avgpool_act_reduce_319f6fc5)
+KGEN_NAMESPACE = "kgen_conv2d_avgpool_act_reduce_1f9fd19a"
+KGEN_CUDA_SOURCE = r'''// kgen: fused Conv2d -> AvgPool2d -> sigmoid -> sum over [C,H,W]  (kgen_conv2d_avgpool_act_reduce_1f9fd19a)
 // Pool-first: conv followed by avg-pool is one linear map, so each pooled output is
 //   pre[n,co,ph,pw] = bias[co] + sum_k (W[co,k]/DIV) * Bs[n,ph,pw,k]   (k = ci*KH*KW + ky*KW + kx)
 // where Bs is a PKH x PKW box sum of the (zero-padded) input at the conv tap offsets.
@@ -387,8 +387,77 @@ KGEN_CUDA_SOURCE = r'''// kgen: fused Conv2d -> AvgPool2d -> sigmoid -> sum over
 #if KGEN_SM90
 #include <cooperative_groups.h>
 #endif
+// kgen activations for fused reductions: one struct per activation, fwd(v) the activation of the pre-activation v
+// and grad(v) its derivative at v. A family's Python table names the struct (ACT_TYPES in
+// kgen/families/conv2d_avgpool_act_reduce.py); the kernel takes it as `using Act = kgen::act::<row>;`.
+// float32, device code only. These are not kgen::pw's forms (common/pointwise.cuh): sigmoid is the fast one
+// (__expf + __fdividef, about 2 ulp) and the gelu constants and products are grouped differently, so each row keeps
+// the exact expressions its kernels were measured and tested with (relu alone equals kgen::pw::relu).
+#ifndef KGEN_ACTIVATION_CUH
+#define KGEN_ACTIVATION_CUH
 
-namespace kgen_conv2d_avgpool_act_reduce_319f6fc5_ns {
+#include <math.h>
+
+namespace kgen {
+namespace act {
+
+struct Sigmoid {
+    static __device__ __forceinline__ float fwd(float v) { return __fdividef(1.0f, 1.0f + __expf(-v)); }  // __fdividef(1, inf) = 0
+    static __device__ __forceinline__ float grad(float v) {
+        const float s = fwd(v);
+        return s * (1.0f - s);
+    }
+};
+
+struct Tanh {
+    static __device__ __forceinline__ float fwd(float v) { return tanhf(v); }
+    static __device__ __forceinline__ float grad(float v) {
+        const float t = fwd(v);
+        return 1.0f - t * t;
+    }
+};
+
+struct Relu {
+    static __device__ __forceinline__ float fwd(float v) { return v != v ? v : fmaxf(v, 0.0f); }  // NaN propagates, as torch.relu
+    static __device__ __forceinline__ float grad(float v) {
+        return (v > 0.0f || v != v) ? 1.0f : 0.0f;  // PyTorch: output <= 0 ? 0 : grad (NaN passes)
+    }
+};
+
+// gelu, exact: v/2 (1 + erf(v / sqrt 2)); derivative cdf + v pdf.
+struct Gelu {
+    static __device__ __forceinline__ float fwd(float v) {
+        return 0.5f * v * (1.0f + erff(v * 0.70710678118654752440f));
+    }
+    static __device__ __forceinline__ float grad(float v) {
+        return 0.5f * (1.0f + erff(v * 0.70710678118654752440f)) + v * 0.39894228040143267794f * expf(-0.5f * v * v);
+    }
+};
+
+// gelu, tanh approximation: v/2 (1 + tanh(sqrt(2/pi) (v + 0.044715 v^3))).
+struct GeluTanh {
+    static __device__ __forceinline__ float fwd(float v) {
+        return 0.5f * v * (1.0f + tanhf(0.79788456080286535588f * (v + 0.044715f * v * v * v)));
+    }
+    static __device__ __forceinline__ float grad(float v) {
+        const float kb = 0.79788456080286535588f, kk = 0.044715f;
+        const float t = tanhf(kb * (v + kk * v * v * v));
+        return 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * kb * (1.0f + 3.0f * kk * v * v);
+    }
+};
+
+// no activation
+struct Identity {
+    static __device__ __forceinline__ float fwd(float v) { return v; }
+    static __device__ __forceinline__ float grad(float) { return 1.0f; }
+};
+
+}  // namespace act
+}  // namespace kgen
+
+#endif  // KGEN_ACTIVATION_CUH
+
+namespace kgen_conv2d_avgpool_act_reduce_1f9fd19a_ns {
 
 // ---- 3xTF32 tensor-core helpers (mma.sync m16n8k8, fp32-level accuracy) ----
 // a = hi + lo with hi = rna(a) in tf32; lo is passed raw (the tensor core ignores its low 13 bits).
@@ -525,13 +594,13 @@ static_assert(F_SMEM <= SMEM_MAX && B_SMEM <= SMEM_MAX,
               "run it on sm_90 or newer");
 #endif
 
-// ---------------- activation ----------------
-__device__ __forceinline__ float act_fwd(float v) {
-    return __fdividef(1.0f, 1.0f + __expf(-v));   // __fdividef(1, inf) = 0
-}
-__device__ __forceinline__ float act_grad(float v) {
-    const float s = __fdividef(1.0f, 1.0f + __expf(-v));
-    return s * (1.0f - s);
+// ---------------- activation and reduction ----------------
+using Act = kgen::act::Sigmoid;   // sigmoid: Act::fwd(v), its derivative Act::grad(v)
+constexpr bool MEAN = false;   // sum over [C,H,W]
+// out[n] from the sum over [C,H,W] of sample n; applied to grad_out[n], the gradient at each summed value
+__device__ __forceinline__ float reduce_finish(float s) {
+    if constexpr (MEAN) return s / (float)COUNT;
+    else return s;
 }
 
 // ---------------- shared building blocks ----------------
@@ -817,7 +886,7 @@ fwd_kernel(const float* __restrict__ x, const float* __restrict__ w, const float
 #pragma unroll
                     for (int r = 0; r < 4; ++r) {
                         const int co = cc * COCH + j * 8 + 2 * t + (r & 1);
-                        const float v = act_fwd(acc[i][j][r] + bias_s[co]);
+                        const float v = Act::fwd(acc[i][j][r] + bias_s[co]);
                         if (rv[r >> 1] && (CO == CO_ALL || co < CO)) tsum += v;
                     }
             }
@@ -835,7 +904,7 @@ fwd_kernel(const float* __restrict__ x, const float* __restrict__ w, const float
     }
     if (cl == 1) {
         if (threadIdx.x == 0) {
-            out[img] = red[NW];
+            out[img] = reduce_finish(red[NW]);
         }
         return;
     }
@@ -846,7 +915,7 @@ fwd_kernel(const float* __restrict__ x, const float* __restrict__ w, const float
     if (rank == 0 && threadIdx.x == 0) {
         float s = 0.0f;
         for (int r = 0; r < cl; ++r) s += *cluster.map_shared_rank(red + NW, r);
-        out[img] = s;
+        out[img] = reduce_finish(s);
     }
     cluster.sync();
 #else
@@ -862,7 +931,7 @@ fwd_finish_kernel(const float* __restrict__ fpart, int cl, long long n, float* _
     if (i >= n) return;
     float s = 0.0f;
     for (int r = 0; r < cl; ++r) s += __ldg(fpart + i * cl + r);
-    out[i] = s;
+    out[i] = reduce_finish(s);
 }
 #endif
 
@@ -891,7 +960,7 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
         const int tile = (int)(tt - img * B_TILES);
         const int th = tile / B_TW, tw = tile - th * B_TW;
         const int ph_base = th * TPH_B - HALO_H, pw_base = tw * TPW_B - HALO_W;
-        const float gval = __ldg(gout + img);
+        const float gval = reduce_finish(__ldg(gout + img));
         __syncthreads();
         // core positions of this tile (owned by it: grad_w, grad_b and grad_x count them once)
 #pragma unroll
@@ -943,7 +1012,7 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
                         for (int r = 0; r < 4; ++r) {
                             const int m = mt * 16 + g + (r >> 1) * 8;
                             const int co = cc * COCH + j * 8 + 2 * t + (r & 1);
-                            const float d = gval * act_grad(acc[i][j][r] + bias_s[co]);
+                            const float d = gval * Act::grad(acc[i][j][r] + bias_s[co]);
                             Dp[m * CP + co] = (rv[r >> 1] && (CO == CO_ALL || co < CO)) ? d : 0.0f;
                         }
                 }
@@ -1347,12 +1416,12 @@ static long long bwd_grid(int64_t n, const DevInfo& d) {
     const long long tiles = (long long)n * B_TILES, wave = (long long)d.sms * d.bwd_per_sm;
     return tiles < wave ? tiles : wave;
 }
-}  // namespace kgen_conv2d_avgpool_act_reduce_319f6fc5_ns
+}  // namespace kgen_conv2d_avgpool_act_reduce_1f9fd19a_ns
 
 // Workspace bytes the forward (backward == 0) or the backward (backward != 0) needs at batch n on the current
 // device. Uninitialised memory is fine: every float the kernels read back was written earlier in the same call.
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_319f6fc5_workspace_bytes(int64_t n, int backward, size_t* bytes) {
-    using namespace kgen_conv2d_avgpool_act_reduce_319f6fc5_ns;
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_1f9fd19a_workspace_bytes(int64_t n, int backward, size_t* bytes) {
+    using namespace kgen_conv2d_avgpool_act_reduce_1f9fd19a_ns;
     *bytes = 0;
     if (n <= 0) return cudaSuccess;
     if (!backward) {
@@ -1368,9 +1437,9 @@ extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_319f6fc5_workspace_bytes(i
     return cudaSuccess;
 }
 
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_319f6fc5_forward(const float* x, const float* w, const float* b, float* out,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_1f9fd19a_forward(const float* x, const float* w, const float* b, float* out,
                                          void* workspace, int64_t n, cudaStream_t stream) {
-    using namespace kgen_conv2d_avgpool_act_reduce_319f6fc5_ns;
+    using namespace kgen_conv2d_avgpool_act_reduce_1f9fd19a_ns;
     if (n <= 0) return cudaSuccess;
     const DevInfo* d = nullptr;
     cudaError_t e = dev_info(&d);
@@ -1402,10 +1471,10 @@ extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_319f6fc5_forward(const flo
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_319f6fc5_backward(const float* grad_out, const float* x, const float* w, const float* b,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_1f9fd19a_backward(const float* grad_out, const float* x, const float* w, const float* b,
                                           float* grad_x, float* grad_w, float* grad_b, void* workspace,
                                           int64_t n, cudaStream_t stream) {
-    using namespace kgen_conv2d_avgpool_act_reduce_319f6fc5_ns;
+    using namespace kgen_conv2d_avgpool_act_reduce_1f9fd19a_ns;
     const int want_wb = (grad_w != nullptr || grad_b != nullptr) ? 1 : 0;
     float* part = static_cast<float*>(workspace);
     cudaError_t e;
@@ -1425,8 +1494,8 @@ extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_319f6fc5_backward(const fl
     return cudaSuccess;
 }
 '''
-KGEN_CPP_SOURCE = r'''// kgen_conv2d_avgpool_act_reduce_319f6fc5: torch glue for the fused Conv2d -> AvgPool2d -> sigmoid -> sum kernels in kernel.cu
-// (ops under torch.ops.kgen_conv2d_avgpool_act_reduce_319f6fc5; autograd in C++, see common/torch_glue.h).
+KGEN_CPP_SOURCE = r'''// kgen_conv2d_avgpool_act_reduce_1f9fd19a: torch glue for the fused Conv2d -> AvgPool2d -> sigmoid -> sum kernels in kernel.cu
+// (ops under torch.ops.kgen_conv2d_avgpool_act_reduce_1f9fd19a; autograd in C++, see common/torch_glue.h).
 // kgen fixed C++ glue helpers (pulled into each rendered binding by Jinja include).
 // Light headers only: torch/library.h, ATen/core, the autograd Function header and torch's pybind casters, not
 // torch/extension.h.
@@ -1551,10 +1620,10 @@ inline void check_same_device(const at::Tensor& a, const at::Tensor& b, const ch
 #include <optional>
 #include <tuple>
 
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_319f6fc5_workspace_bytes(int64_t n, int backward, size_t* bytes);
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_319f6fc5_forward(const float* x, const float* w, const float* b, float* out, void* workspace,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_1f9fd19a_workspace_bytes(int64_t n, int backward, size_t* bytes);
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_1f9fd19a_forward(const float* x, const float* w, const float* b, float* out, void* workspace,
                                           int64_t n, cudaStream_t stream);
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_319f6fc5_backward(const float* grad_out, const float* x, const float* w, const float* b,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_1f9fd19a_backward(const float* grad_out, const float* x, const float* w, const float* b,
                                            float* grad_x, float* grad_w, float* grad_b, void* workspace, int64_t n,
                                            cudaStream_t stream);
 
@@ -1583,7 +1652,7 @@ const float* ptr_or_null(const at::Tensor& t) { return t.defined() ? t.data_ptr<
 // and path; uninitialised is fine.
 at::Tensor workspace(const at::Tensor& like, int64_t n, bool backward) {
   size_t bytes = 0;
-  kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_319f6fc5_workspace_bytes(n, backward ? 1 : 0, &bytes), "workspace query", kProblem);
+  kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_1f9fd19a_workspace_bytes(n, backward ? 1 : 0, &bytes), "workspace query", kProblem);
   return at::empty({bytes > 0 ? static_cast<int64_t>(bytes) : 1}, like.options().dtype(at::kByte));
 }
 
@@ -1593,7 +1662,7 @@ at::Tensor forward(const at::Tensor& x_in, const at::Tensor& w_in, const std::op
   const int64_t n = c.x.size(0);
   at::Tensor out = at::empty({n}, c.x.options());
   at::Tensor ws = workspace(c.x, n, false);
-  kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_319f6fc5_forward(c.x.data_ptr<float>(), c.w.data_ptr<float>(), ptr_or_null(c.b),
+  kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_1f9fd19a_forward(c.x.data_ptr<float>(), c.w.data_ptr<float>(), ptr_or_null(c.b),
                                              out.data_ptr<float>(), ws.data_ptr(), n,
                                              c10::cuda::getCurrentCUDAStream().stream()), "fused forward", kProblem);
   return out;
@@ -1614,7 +1683,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(const at::Tensor& grad_o
   at::Tensor gb = (output_mask[2] && c.b.defined()) ? at::empty_like(c.b) : none;
   if (output_mask[0] || output_mask[1] || gb.numel()) {
     at::Tensor ws = workspace(c.x, n, true);
-    kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_319f6fc5_backward(grad_out.data_ptr<float>(), c.x.data_ptr<float>(), c.w.data_ptr<float>(),
+    kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_1f9fd19a_backward(grad_out.data_ptr<float>(), c.x.data_ptr<float>(), c.w.data_ptr<float>(),
                                                 ptr_or_null(c.b), output_mask[0] ? gx.data_ptr<float>() : nullptr,
                                                 output_mask[1] ? gw.data_ptr<float>() : nullptr,
                                                 gb.numel() ? gb.data_ptr<float>() : nullptr, ws.data_ptr(), n,
@@ -1631,7 +1700,7 @@ using BackwardSig = std::tuple<at::Tensor, at::Tensor, at::Tensor>(const at::Ten
 struct FusedFunction : public torch::autograd::Function<FusedFunction> {
   static at::Tensor forward(kgen_glue::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w,
                             const std::optional<at::Tensor>& b) {
-    static const auto op = kgen_glue::typed_op<ForwardSig>("kgen_conv2d_avgpool_act_reduce_319f6fc5::forward");
+    static const auto op = kgen_glue::typed_op<ForwardSig>("kgen_conv2d_avgpool_act_reduce_1f9fd19a::forward");
     const bool has_bias = b.has_value() && b->defined();
     ctx->saved_data["has_bias"] = has_bias;
     ctx->save_for_backward({x, w, has_bias ? *b : at::Tensor()});
@@ -1639,7 +1708,7 @@ struct FusedFunction : public torch::autograd::Function<FusedFunction> {
     return op.call(x, w, b);
   }
   static kgen_glue::variable_list backward(kgen_glue::AutogradContext* ctx, kgen_glue::variable_list grads) {
-    static const auto op = kgen_glue::typed_op<BackwardSig>("kgen_conv2d_avgpool_act_reduce_319f6fc5::backward");
+    static const auto op = kgen_glue::typed_op<BackwardSig>("kgen_conv2d_avgpool_act_reduce_1f9fd19a::backward");
     const auto saved = ctx->get_saved_variables();
     const bool has_bias = ctx->saved_data["has_bias"].toBool();
     // input edges: x, weight, then bias only when it was given
@@ -1657,21 +1726,21 @@ at::Tensor forward_autograd(const at::Tensor& x, const at::Tensor& w, const std:
 
 }  // namespace
 
-TORCH_LIBRARY(kgen_conv2d_avgpool_act_reduce_319f6fc5, m) {
+TORCH_LIBRARY(kgen_conv2d_avgpool_act_reduce_1f9fd19a, m) {
   m.def("forward(Tensor x, Tensor weight, Tensor? bias) -> Tensor");
   m.def("backward(Tensor grad_out, Tensor x, Tensor weight, Tensor? bias, bool[3] output_mask) -> (Tensor, Tensor, Tensor)");
 }
 
 // CPU inputs reach the same functions, which reject them with a message saying what to do.
-TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_319f6fc5, CUDA, m) {
+TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_1f9fd19a, CUDA, m) {
   m.impl("forward", &forward);
   m.impl("backward", &backward);
 }
-TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_319f6fc5, CPU, m) {
+TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_1f9fd19a, CPU, m) {
   m.impl("forward", &forward);
   m.impl("backward", &backward);
 }
-TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_319f6fc5, Autograd, m) {
+TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_1f9fd19a, Autograd, m) {
   m.impl("forward", &forward_autograd);
 }
 
@@ -1737,8 +1806,8 @@ def kgen_register():
                 weight.new_empty(weight.shape) if output_mask[1] else none,
                 bias.new_empty(bias.shape) if (output_mask[2] and bias is not None) else none)
 
-    torch.library.register_fake("kgen_conv2d_avgpool_act_reduce_319f6fc5::forward", forward_fake)
-    torch.library.register_fake("kgen_conv2d_avgpool_act_reduce_319f6fc5::backward", backward_fake)
+    torch.library.register_fake("kgen_conv2d_avgpool_act_reduce_1f9fd19a::forward", forward_fake)
+    torch.library.register_fake("kgen_conv2d_avgpool_act_reduce_1f9fd19a::backward", backward_fake)
 
 
 class ModelNew(nn.Module):

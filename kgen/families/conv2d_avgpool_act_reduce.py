@@ -30,6 +30,9 @@ NAME = "conv2d_avgpool_act_reduce"
 TEMPLATES = {"kernel.cu": "conv2d_avgpool_act_reduce/kernel.cu.j2", "binding.cpp": "conv2d_avgpool_act_reduce/binding.cpp.j2"}
 MODEL_TEMPLATE = "conv2d_avgpool_act_reduce/model_new.py.j2"
 ACTIVATIONS = ("sigmoid", "tanh", "relu", "gelu")
+# Spec.ACT -> its struct in templates/common/activation.cuh (forward and derivative): one row per activation
+ACT_TYPES = {"sigmoid": "Sigmoid", "tanh": "Tanh", "relu": "Relu", "gelu": "Gelu", "gelu_tanh": "GeluTanh",
+             "none": "Identity"}
 SMEM_LIMIT = 227 * 1024
 
 
@@ -161,7 +164,8 @@ UNROLLS = dict(BSU=1, DWU=2, G3U=1, GU=1)
 
 def derive(spec: Spec) -> dict:
     """Everything the kernel template needs besides the problem constants: one tiling per kernel path
-    (TILE_SM90, TILE_SM80), the loop unrolls, and the output sizes."""
+    (TILE_SM90, TILE_SM80), the loop unrolls, the output sizes, the activation's struct (ACT_TYPE) and whether the
+    reduction is a mean (MEAN)."""
     s = spec
     HO = conv_out_size(s.H, s.KH, s.SH, s.PH, s.DH)
     WO = conv_out_size(s.W, s.KW, s.SW, s.PW, s.DW)
@@ -224,7 +228,8 @@ def derive(spec: Spec) -> dict:
     if not tiles["SM80"]["FITS"]:
         warnings.warn(f"out_channels={s.CO} with a {s.KH}x{s.KW} kernel needs more than the 99 KB of shared memory per block "
                       "that sm_80/86/89 GPUs have: the generated module builds for sm_90 and newer only", stacklevel=2)
-    return dict(TILE_SM90=tiles["SM90"], TILE_SM80=tiles["SM80"], **UNROLLS, HO=HO, WO=WO, PHO=PHO, PWO=PWO)
+    return dict(TILE_SM90=tiles["SM90"], TILE_SM80=tiles["SM80"], **UNROLLS, HO=HO, WO=WO, PHO=PHO, PWO=PWO,
+                ACT_TYPE=ACT_TYPES[s.ACT], MEAN=s.REDUCE == "mean")
 
 
 def context(spec: Spec) -> dict:
