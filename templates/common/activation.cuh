@@ -12,8 +12,9 @@
 namespace kgen {
 namespace act {
 
+// fast sigmoid: __fdividef(1, inf) = 0 for very negative v
 struct Sigmoid {
-    static __device__ __forceinline__ float fwd(float v) { return __fdividef(1.0f, 1.0f + __expf(-v)); }  // __fdividef(1, inf) = 0
+    static __device__ __forceinline__ float fwd(float v) { return __fdividef(1.0f, 1.0f + __expf(-v)); }
     static __device__ __forceinline__ float grad(float v) {
         const float s = fwd(v);
         return s * (1.0f - s);
@@ -28,8 +29,9 @@ struct Tanh {
     }
 };
 
+// NaN propagates, as torch.relu
 struct Relu {
-    static __device__ __forceinline__ float fwd(float v) { return v != v ? v : fmaxf(v, 0.0f); }  // NaN propagates, as torch.relu
+    static __device__ __forceinline__ float fwd(float v) { return v != v ? v : fmaxf(v, 0.0f); }
     static __device__ __forceinline__ float grad(float v) {
         return (v > 0.0f || v != v) ? 1.0f : 0.0f;  // PyTorch: output <= 0 ? 0 : grad (NaN passes)
     }
