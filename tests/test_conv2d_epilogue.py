@@ -726,6 +726,44 @@ def test_pooling_after_a_halo_forward_is_folded_in_for_inference(cid):
     assert d["HALO"] is not None and d["FUSED_POOL"] is not None
 
 
+DX_HALO = [cid for cid in CASE if cid.startswith("dxhalo_")] + ["halo_ci16_pad1_relu", "halo_ci24_k3x5_dil21_bias_c"]
+
+
+@pytest.mark.parametrize("cid", DX_HALO)
+def test_grad_x_from_halo_tiles_is_the_convolution_of_gz_with_flipped_weights(cid):
+    """halo_dx_plan's padding and the template's weight map (tap (kh, kw) = w's (KH-1-kh, KW-1-kw), in / out channels
+    swapped per group) give PyTorch's grad_x: here on the CPU in float64, a negative padding cropping gz."""
+    spec = _spec(CASE[cid])
+    plan = fam.derive(spec)["HALO_DX"]
+    assert plan is not None and plan["FLIP"] and (plan["SH"], plan["SW"]) == (1, 1)
+    s, g = spec, spec.G
+    torch.manual_seed(0)
+    x = torch.randn(2, s.CI, s.H, s.W, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(s.CO, s.CI // g, s.KH, s.KW, dtype=torch.float64)
+    y = F.conv2d(F.pad(x, (s.PW, s.PW_END, s.PH, s.PH_END)), w, dilation=(s.DH, s.DW), groups=g)
+    gz = torch.randn_like(y)
+    y.backward(gz)
+    wf = w.flip(2, 3).reshape(g, s.CO // g, s.CI // g, s.KH, s.KW).transpose(1, 2).reshape(s.CI, s.CO // g, s.KH, s.KW)
+    ph, pw = plan["PH"], plan["PW"]  # top / left; the bottom / right follow from the output size H x W
+    pb, pr = (s.H - 1) + (s.KH - 1) * s.DH - ph - (s.HO - 1), (s.W - 1) + (s.KW - 1) * s.DW - pw - (s.WO - 1)
+    gx = F.conv2d(F.pad(gz, (pw, pr, ph, pb)), wf, dilation=(s.DH, s.DW), groups=g)  # F.pad crops where negative
+    assert gx.shape == x.shape
+    torch.testing.assert_close(gx, x.grad)
+
+
+@pytest.mark.parametrize("cid", ["relu", "halo_groups2_k5_s2_p2_silu", "dilation2_stride2_softplus", "maxpool2_mish"])
+def test_backward_kernels_are_chosen_by_shape(cid):
+    """grad_x from halo tiles only at stride 1 with out channels per group a multiple of 8; grad_w from halo tiles
+    wherever the stride is within the kernel; a first pooling stage's backward folded into the adjoint kernel."""
+    spec = _spec(CASE[cid])
+    d = fam.derive(spec)
+    assert (d["HALO_DX"] is not None) == ((spec.SH, spec.SW) == (1, 1) and (spec.CO // spec.G) % 8 == 0)
+    assert (d["HALO_W"] is not None) == (spec.SH <= spec.KH and spec.SW <= spec.KW)
+    assert (d["FOLD_POOL_BWD"] is not None) == bool(spec.stages and spec.stages[0].kind == "pool")
+    if d["FOLD_POOL_BWD"]:
+        assert d["write_gz"]  # the adjoint kernel materializes gz from the pooled gradient
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("tf32", [False, True], ids=["tf32_off", "tf32_on"])
 @pytest.mark.parametrize("cid", FUSED)
