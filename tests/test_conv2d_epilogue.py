@@ -316,6 +316,9 @@ def _random_conv(rng: random.Random) -> tuple[tuple[int, int, int, int], dict]:
     if rng.random() < 0.2:  # depthwise, channel multiplier 1..3
         ci = rng.randint(1, 24)
         groups, co = ci, ci * rng.randint(1, min(3, 72 // ci))
+    elif rng.random() < 0.4:  # channels per group in multiples of 8, as most models have (the halo kernels' shapes)
+        groups = rng.choice((1, 1, 1, 2, 4))
+        ci, co = groups * rng.choice((8, 16, 24)), groups * rng.choice((8, 16, 24, 32, 40))
     else:
         groups = rng.choice((1, 1, 1, 2, 3, 4))
         ci, co = groups * rng.randint(1, 24 // groups), groups * rng.randint(1, 72 // groups)
