@@ -333,6 +333,17 @@ HALO_SMEM_MAX = 96 * 1024  # the halo forward's shared memory (two stages): with
 HALO_CC = 8  # input channels per halo chunk
 
 
+def _halo_window(positions: int, wout: int, k: tuple[int, int], stride: tuple[int, int], dil: tuple[int, int],
+                 bank: int) -> tuple[int, int, int, int, int]:
+    """A halo CTA's output block and the input it reads: TH x TW = positions output rows x columns (TW 32, 16 or 8 as
+    the output is wide), the HH x HW input rows x columns under them, and HCS, a staged channel's floats: HH*HW padded
+    to `bank` mod 32 so that a fragment's loads hit 32 distinct banks."""
+    tw = 32 if wout >= 28 else 16 if wout >= 12 else 8
+    th = positions // tw
+    hh, hw = (th - 1) * stride[0] + (k[0] - 1) * dil[0] + 1, (tw - 1) * stride[1] + (k[1] - 1) * dil[1] + 1
+    return th, tw, hh, hw, hh * hw + (bank - hh * hw % 32) % 32
+
+
 def _halo(cin: int, hin: int, win: int, cin_g: int, hout: int, wout: int, cout_g: int, k: tuple[int, int],
           stride: tuple[int, int], pad: tuple[int, int], dil: tuple[int, int], tile: dict, flip: bool) -> dict | None:
     """A convolution from halo tiles: input (n, cin, hin, win) in groups of cin_g channels, output (n, ., hout, wout)
@@ -340,12 +351,8 @@ def _halo(cin: int, hin: int, win: int, cin_g: int, hout: int, wout: int, cout_g
     dilation; flip: weight tap (kh, kw) is w's (KH-1-kh, KW-1-kw) with its in / out channels swapped (grad_x as a
     convolution of gz). A CTA computes TH x TW output positions of one image; per chunk of HALO_CC input channels it
     stages the input rows / columns they read and the chunk's weights. None when it would not fit HALO_SMEM_MAX."""
-    kh, kw = k
-    tw = 32 if wout >= 28 else 16 if wout >= 12 else 8
-    th = tile["BM"] // tw
-    hh, hw = (th - 1) * stride[0] + (kh - 1) * dil[0] + 1, (tw - 1) * stride[1] + (kw - 1) * dil[1] + 1
-    hcs = hh * hw + (8 - hh * hw % 32) % 32  # 8 mod 32: a fragment's 4 channels x 8 positions hit 32 banks
-    smem = 2 * (HALO_CC * hcs + kh * kw * HALO_CC * tile["LDB"]) * 4
+    th, tw, hh, hw, hcs = _halo_window(tile["BM"], wout, k, stride, dil, 8)  # an A fragment: 4 channels x 8 positions
+    smem = 2 * (HALO_CC * hcs + k[0] * k[1] * HALO_CC * tile["LDB"]) * 4
     if smem > HALO_SMEM_MAX:
         return None
     return dict(CIN=cin, HIN=hin, WIN=win, CING=cin_g, HOUT=hout, WOUT=wout, COUTG=cout_g, SH=stride[0], SW=stride[1],
@@ -393,10 +400,8 @@ def halo_w_plan(spec: Spec) -> dict | None:
     wm = bm // 16
     tg = ceil_div(kk, HALO_W_TAPS)  # tap groups
     nt = ceil_div(kk, tg)
-    tw = 32 if s.WO >= 28 else 16 if s.WO >= 12 else 8
-    th = 128 // tw
-    hh, hw = (th - 1) * s.SH + (s.KH - 1) * s.DH + 1, (tw - 1) * s.SW + (s.KW - 1) * s.DW + 1
-    hcs = hh * hw + (4 - hh * hw % 32) % 32  # 4 mod 32: a B fragment's 8 channels x 4 positions hit 32 banks
+    # a B fragment: 8 channels x 4 positions
+    th, tw, hh, hw, hcs = _halo_window(128, s.WO, (s.KH, s.KW), (s.SH, s.SW), (s.DH, s.DW), 4)
     ldp = th * tw + 4  # gz rows: 4 mod 32, an A fragment's 8 channels x 4 positions hit 32 banks
     stage = bm * ldp + HALO_CC * hcs
     red = HALO_W_WARPS * 16 * nt * 8  # the WARPS_K partial sums, staged for the fixed-order add
