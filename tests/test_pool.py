@@ -11,6 +11,7 @@ random_problem(rng) (a random problem anywhere in the family's scope).
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
@@ -321,6 +322,113 @@ def test_aligned_gather_visits_every_window_tap_once():
         assert sorted(seen) == want, (k, s, d, p, W, V, ceil)
         checked += 1
     assert checked > 500
+
+
+def _replay_scatter(g: pool.Geometry, t: dict, offsets: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
+    """The scatter backward's loops (templates/pool/kernel.cu.j2, backward "scatter") for one plane, in Python: tiles,
+    phases, the per-phase window boxes and the in-tile test. Asserts that no two windows of one phase add to the same
+    element (so the kernel's shared-memory adds do not race)."""
+    (D, H, W), (DO, HO, WO) = g.size, g.out
+    (KD, KH, KW), S, P = g.kernel, g.stride, g.padding
+    ek = [(k - 1) * d + 1 for k, d in zip(g.kernel, g.dilation)]
+    tdims, phases, box = (t["s_td"], t["s_th"], t["s_tw"]), t["s_phases"], t["s_box"]
+    gx = torch.zeros(D, H, W, dtype=grad.dtype)
+    for td_i in range(t["s_tiles"][0]):
+        for th_i in range(t["s_tiles"][1]):
+            for tw_i in range(t["s_tiles"][2]):
+                i0 = (td_i * tdims[0], th_i * tdims[1], tw_i * tdims[2])
+                rng = []
+                for a in range(3):
+                    last = min(i0[a] + tdims[a], g.size[a]) - 1
+                    lo = 0 if i0[a] + P[a] < ek[a] else (i0[a] + P[a] - ek[a]) // S[a] + 1
+                    rng.append((lo, min((last + P[a]) // S[a], g.out[a] - 1)))
+                tile = torch.zeros(tdims, dtype=grad.dtype)
+                visited = set()
+                held = []  # (phase, place in the tile, gradient) of every loaded window whose argmax is in the tile
+                assert math.prod(box) <= t["s_hold"] * pool.THREADS
+                for i in range(math.prod(box)):
+                    a, b, c = i // (box[1] * box[2]), (i // box[2]) % box[1], i % box[2]
+                    o = (rng[0][0] + a, rng[1][0] + b, rng[2][0] + c)
+                    if any(o[q] > rng[q][1] for q in range(3)):
+                        continue
+                    visited.add(o)
+                    k = int(offsets[o])
+                    kk = (k // (KH * KW), (k // KW) % KH, k % KW)
+                    loc = tuple(o[q] * S[q] - P[q] + kk[q] * g.dilation[q] - i0[q] for q in range(3))
+                    if all(0 <= loc[q] < tdims[q] for q in range(3)):
+                        held.append((((a % phases[0]) * phases[1] + b % phases[1]) * phases[2] + c % phases[2], loc, grad[o]))
+                for phase in range(math.prod(phases)):
+                    touched = set()
+                    for ph, loc, gv in held:
+                        if ph == phase:
+                            assert loc not in touched, "two windows of one phase add to one element"
+                            touched.add(loc)
+                            tile[loc] += gv
+                # every window reaching the tile was visited
+                for od in range(DO):
+                    for oh in range(HO):
+                        for ow in range(WO):
+                            o = (od, oh, ow)
+                            reach = all(o[a] * S[a] - P[a] <= i0[a] + tdims[a] - 1 and
+                                        o[a] * S[a] - P[a] + ek[a] - 1 >= i0[a] and
+                                        o[a] * S[a] - P[a] <= g.size[a] - 1 for a in range(3))
+                            assert not reach or o in visited, (o, i0)
+                sl = tuple(slice(i0[a], min(i0[a] + tdims[a], g.size[a])) for a in range(3))
+                gx[sl] = tile[tuple(slice(0, sl[a].stop - sl[a].start) for a in range(3))]
+    return gx
+
+
+def test_scatter_backward_replayed_matches_autograd():
+    """The max-pool scatter backward's tiling and phases (kgen.families.pool.scatter_tiling), replayed over random
+    3-d geometries with small shared-memory tiles (so tiles have edges and halos): the result equals PyTorch's
+    gradient exactly (integer-valued grad_y, float64), and no phase races."""
+    from kgen.geometry import pool_out_size
+
+    rng, checked = random.Random(1), 0
+    old = pool.SCATTER_SMEM_FLOATS
+    try:
+        while checked < 60:
+            k = [rng.randint(1, 4) for _ in range(3)]
+            s = [rng.randint(1, 3) for _ in range(3)]
+            d = [rng.randint(1, 2) for _ in range(3)]
+            p = [rng.randint(0, kk // 2) for kk in k]
+            size = [rng.randint(1, 9) for _ in range(3)]
+            ceil = rng.random() < 0.5
+            if any((kk - 1) * dd + 1 > n + 2 * pp for kk, dd, n, pp in zip(k, d, size, p)):
+                continue
+            out = [pool_out_size(n, kk, ss, pp, ceil, dd) for n, kk, ss, pp, dd in zip(size, k, s, p, d)]
+            if not all(any(0 <= o * ss - pp + t * dd < n for t in range(kk)) for n, oo, kk, ss, pp, dd in
+                       zip(size, out, k, s, p, d) for o in range(oo)):
+                continue  # a dilated window over padding only: PyTorch's index then names another element
+            g = pool.Geometry("max", False, tuple(size), tuple(out), tuple(k), tuple(s), tuple(p), tuple(d))
+            pool.SCATTER_SMEM_FLOATS = rng.choice([16, 30, 64, 1024])
+            t = pool.scatter_tiling(g, rng.choice([1, 2, 4]), 1)
+            if t is None:
+                continue
+            x = torch.randn(1, 1, *size, dtype=torch.float64, requires_grad=True)
+            y, idx = F.max_pool3d(x, k, s, p, d, ceil_mode=ceil, return_indices=True)
+            grad = torch.randint(-8, 9, y.shape, dtype=torch.float64)
+            y.backward(grad)
+            flat = idx[0, 0]
+            pos = [flat // (size[1] * size[2]), (flat // size[2]) % size[1], flat % size[2]]
+            o = torch.meshgrid(*[torch.arange(n) for n in out], indexing="ij")
+            kk = [(pos[a] - (o[a] * s[a] - p[a])) // d[a] for a in range(3)]
+            offsets = (kk[0] * k[1] + kk[1]) * k[2] + kk[2]
+            got = _replay_scatter(g, t, offsets, grad[0, 0])
+            assert torch.equal(got, x.grad[0, 0]), (size, k, s, p, d, ceil, t)
+            checked += 1
+    finally:
+        pool.SCATTER_SMEM_FLOATS = old
+
+
+def test_scatter_backward_is_chosen_for_fixed_max_windows():
+    spec, _ = _spec(pool_problem("max", 2, (2, 3, 33, 40), dict(kernel_size=3, stride=2, padding=1)))
+    ctx = pool.context(spec)
+    assert ctx["backward"] == "scatter" and ctx["s_phases"] == [1, 2, 2] and ctx["s_hold"] <= pool.SCATTER_HOLD
+    spec, _ = _spec(pool_problem("adaptive_max", 2, (2, 3, 13, 13), dict(output_size=6)))
+    assert pool.context(spec)["backward"] == "gather"  # unequal adaptive bins
+    spec, _ = _spec(pool_problem("avg", 2, (2, 3, 13, 13), dict(kernel_size=3)))
+    assert pool.context(spec)["backward"] == "gather"
 
 
 def test_offsets_are_compact():

@@ -155,12 +155,15 @@ def match(ops: list[Op], problem: Problem) -> Spec | None:
 THREADS = 256  # window / simple forward and gather backward blocks
 SEG_MAX = 48  # input elements one window-design thread holds per row (float registers)
 OUT_MAX = 16  # outputs one window-design thread keeps in registers
+# ... of 2-byte elements: 8 (H200, float16 MaxPool2d(3, 2, 1) on 32x96x384x384: 16 outputs per thread 78% of the
+# copy-rate floor, 8 outputs 86%; float32 keeps 16, as 8 output columns x 2 rows: MaxPool3d(3, 2, 1) 78%, 66% at 8)
+OUT_MAX_HALF = 8
 LOADS_MAX = 40  # vector loads per window slice one window-design thread may hold (a register budget)
 COLSUM_MIN_WINDOW = 25  # avg 2d windows of this many elements or more use the column-sum design
 UNROLL_MAX = 16  # loops up to this trip count are fully unrolled
 # Blocks per SM each kernel is compiled for (caps registers: 2 -> 128, 4 -> 64 per thread): the window forward keeps
 # many loads in flight per thread; the others are light and want occupancy.
-MIN_BLOCKS = {"window": 2, "lanes": 2, "simple": 4, "colsum": 1, "gather": 4}
+MIN_BLOCKS = {"window": 2, "lanes": 2, "simple": 4, "colsum": 1, "gather": 4, "scatter": 4}
 
 
 @dataclass(frozen=True)
@@ -218,16 +221,17 @@ def window_tiling(g: Geometry, itemsize: int) -> dict | None:
             return ceil_div(al - PW + (vo - 1) * SW + ekw, vec) * vec
 
         vo = vec // math.gcd(vec, SW)
-        if vo > OUT_MAX or seg(vo) > SEG_MAX:
+        out_max = OUT_MAX_HALF if itemsize == 2 else OUT_MAX
+        if vo > out_max or seg(vo) > SEG_MAX:
             continue
         min_outputs = max(1, 16 // itemsize)  # at least 16 bytes of output per thread where the row allows
         ekh = (KH - 1) * DH + 1
-        while (vo * 2 <= OUT_MAX and seg(vo * 2) <= SEG_MAX and vo * 2 <= 1 << (WO - 1).bit_length()
+        while (vo * 2 <= out_max and seg(vo * 2) <= SEG_MAX and vo * 2 <= 1 << (WO - 1).bit_length()
                and ceil_div(seg(vo * 2), vec) * ekh <= LOADS_MAX and (vo < min_outputs or seg(vo) > 1.25 * vo * SW)):
             vo *= 2
         # Two output rows per thread where windows overlap in H, unless the loads are narrow (many of them, and their
         # addresses, would not fit the register budget without spilling).
-        rh = 2 if (ekh > SH and HO > 1 and vo * 2 <= OUT_MAX and ceil_div(seg(vo), vec) * (SH + ekh) <= 64
+        rh = 2 if (ekh > SH and HO > 1 and vo * 2 <= out_max and ceil_div(seg(vo), vec) * (SH + ekh) <= 64
                    and vec * itemsize >= 8) else 1
         nj = (rh - 1) * SH + ekh
         return {"vec": vec, "vo": vo, "rh": rh, "al": al, "seg": seg(vo), "nj": nj, "chunks": ceil_div(WO, vo),
@@ -345,6 +349,54 @@ def gather_tiling(g: Geometry, itemsize: int) -> dict:
     return out
 
 
+SCATTER_SMEM_FLOATS = 12 * 1024  # the scatter backward's float32 grad_x tile (48 KB of static shared memory at most)
+SCATTER_HOLD = 8  # windows one scatter thread holds in registers per tile
+SCATTER_PHASES_MAX = 27  # barrier-separated phases per tile (3-d stride 1, kernel 3)
+SCATTER_TILE_COST = 2048  # bytes of traffic one tile's fixed cost (barriers, edges, ramp) is worth in the choice
+
+
+def scatter_tiling(g: Geometry, itemsize: int, offsize: int) -> dict | None:
+    """Max pooling with fixed windows: a block owns a TD x TH x TW tile of grad_x in shared memory (float32). Its
+    threads load every window that can reach the tile (a CD x CH x CW box, in order, so the loads coalesce; at most
+    SCATTER_HOLD per thread, held in registers) with the element its saved offset names. Windows P = ceil(EK / S)
+    apart along a dimension share no element, so the adds run in PD x PH x PW phases (a window's phase: its place in
+    the box modulo P) split by barriers: within a phase no two windows add to the same element, and every element sums
+    its windows in a fixed order (deterministic, no atomics). Then the tile is written with vector stores. Each
+    window's gradient and offset are read once per tile it reaches, against the gather's once per grad_x vector.
+    None when the windows are adaptive bins, need too many phases, or no tile fits."""
+    if g.reduce != "max" or g.adaptive or g.kernel[:2] == (1, 1):
+        return None  # 1-d windows keep the gather (H200, MaxPool1d(4, 2): step 2.98 ms gathering, 3.46 scattering)
+    vec = vec_widths(g.size[2], itemsize)[0]
+    ek = [(k - 1) * d + 1 for k, d in zip(g.kernel, g.dilation)]
+    phases = [min(ceil_div(e, s), o) for e, s, o in zip(ek, g.stride, g.out)]
+    if math.prod(phases) > SCATTER_PHASES_MAX:
+        return None
+
+    def cand(t: int, o: int, e: int, s: int) -> int:  # most windows reaching t consecutive inputs
+        return min(o, (t + e - 2) // s + 1)
+
+    D, H, W = g.size
+    widths = sorted({W} | set(range(32 * vec, min(W, SCATTER_SMEM_FLOATS) + 1, 32 * vec)))
+    best = None
+    for tw in widths:
+        for th in range(1, H + 1):
+            for td in range(1, D + 1):
+                t = (td, th, tw)
+                cands = [cand(*a) for a in zip(t, g.out, ek, g.stride)]
+                if td * th * tw > SCATTER_SMEM_FLOATS or math.prod(cands) > SCATTER_HOLD * THREADS:
+                    break
+                tiles = math.prod(ceil_div(n, x) for n, x in zip(g.size, t))
+                cost = tiles * (math.prod(cands) * (itemsize + offsize) + SCATTER_TILE_COST + td * th * tw)
+                if best is None or cost < best[0]:
+                    best = (cost, t, cands)
+    if best is None:  # one row of the tile, a vector wide, does not fit
+        return None
+    _, (td, th, tw), cands = best
+    return {"s_vec": vec if tw % vec == 0 else 1, "s_td": td, "s_th": th, "s_tw": tw,
+            "s_tiles": [ceil_div(n, x) for n, x in zip(g.size, (td, th, tw))],
+            "s_phases": phases, "s_box": cands, "s_hold": ceil_div(math.prod(cands), THREADS)}
+
+
 def const_divisor(spec: Spec, g: Geometry) -> int:
     """An average pool's divisor when every window has the same one (divisor_override; or every window, clipped at
     size + padding as PyTorch clips it, is a whole kernel and count_include_pad or no window reaches the padding),
@@ -384,8 +436,11 @@ def plan(spec: Spec) -> dict:
         out["forward"], out["tiling"] = "window", window
     else:
         out["forward"], out["tiling"] = "simple", {}
-    out["backward"] = "none" if spec.outputs == "indices" else "colsum" if out["forward"] == "colsum" else "gather"
-    out["gather"] = gather_tiling(g, isz) if out["backward"] == "gather" else {}
+    scatter = None if spec.outputs == "indices" else scatter_tiling(g, isz, offset_type(g).size)
+    out["backward"] = ("none" if spec.outputs == "indices" else "colsum" if out["forward"] == "colsum"
+                       else "scatter" if scatter is not None else "gather")
+    out["gather"] = (gather_tiling(g, isz) if out["backward"] == "gather" else scatter
+                     if out["backward"] == "scatter" else {})
     return out
 
 
@@ -424,7 +479,7 @@ def context(spec: Spec) -> dict:
         "ctype": dt.ctype, "aten_dtype": dt.aten, "itemsize": dt.size, "const_divisor": const_divisor(spec, g),
         "off_ctype": off.ctype, "off_aten": off.aten, "off_torch": off.torch, "off_size": off.size,
         "threads": THREADS, "unroll_max": UNROLL_MAX, "fwd_min_blocks": MIN_BLOCKS[pl["forward"]],
-        "bwd_min_blocks": MIN_BLOCKS["gather"],
+        "bwd_min_blocks": MIN_BLOCKS["scatter" if pl["backward"] == "scatter" else "gather"],
         "variants": forward_variants(spec),
         # shapes for the binding ("-1": any batch; "n": the batch of this call) and the fake kernels
         "x_want_cpp": _cpp_shape("-1" if spec.batched else None, in_dims), "x_shape_cpp": _cpp_shape(batch, in_dims),
@@ -460,7 +515,13 @@ def describe(spec: Spec) -> list[str]:
         lines.append("Max pooling scans each window in PyTorch's order (NaN wins, ties keep the first element); with "
                      "autograd on, forward also saves each output's in-window argmax offset "
                      f"({offset_type(g).size} byte(s), not int64 indices).")
-    if pl["backward"] == "gather":
+    if pl["backward"] == "scatter":
+        t = pl["gather"]
+        lines.append(f"backward: per {t['s_td']} x {t['s_th']} x {t['s_tw']} tile of grad_x in shared memory, every "
+                     "window that can reach it adds its gradient at its saved argmax, in "
+                     f"{math.prod(t['s_phases'])} barrier-separated phase(s) of windows that share no element (fixed "
+                     "order, no atomics); then the tile is written with vector stores.")
+    elif pl["backward"] == "gather":
         lines.append("backward: a deterministic gather; each thread writes adjacent grad_x elements, summing grad_y "
                      "over the windows that can hold them (max pooling: where the saved argmax is the element).")
     elif pl["backward"] == "colsum":
