@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call made of named, time-boxed stages; each stage's log goes to $OUT/<stage>.log and its last line(s)
 # to the summary printed at the end. Usage: bash tests/device/stages.sh STAGE [STAGE ...]
-# Stages: import build build80 gpu gpu80 slow percall sweep bench bench80 benchpool benchpool_nc benchconv profile
+# Stages: import build build80 gpu gpu80 slow percall sweep bench bench80 benchpool benchpool_nc benchconv profile f64 variants
 #   import: kgen generate, then a cold and a warm import of a generated module (tests/device/import_timing.py)
 #   build / build80: every GPU-test extension (FAMILY: one family's), 16 jobs (Hopper path / KGEN_FORCE_SM80=1, each with its own cache)
 #   gpu / gpu80: the GPU tier on that path (GPU_K: a pytest -k expression); slow: the full-size tests
@@ -9,6 +9,8 @@
 #   benchpool (benchpool_nc: without torch.compile): tests/bench/bench_pool.py --quick (POOL_ONLY: names)
 #   benchconv: tests/bench/bench_conv2d_epilogue.py --quick, TF32 off and allowed (BENCH_ONLY: names)
 #   profile: tests/dev/profile_conv.py per kernel, TF32 off and allowed (PROFILE_ONLY: names, default two)
+#   f64: tests/dev/f64_check.py (F64_ONLY: problem files; default tests/dev/cases/*.py)
+#   variants: tests/dev/pool_variants.py (VARIANT_ONLY: problem names, VARIANTS: variant labels)
 # Build first in the same call (or on the same warm machine): the GPU tests then load from the cache.
 # Environment: KGEN_CACHE_DIR per path (sm90 / sm80), KGEN_TEST_GEN_DIR shared.
 set -u
@@ -30,9 +32,9 @@ run() {  # name seconds command...
 build() {  # log-name path
   path "$2"; run "$1" ${BUILD_SECS:-200} python3 tests/device/prebuild.py 16 ${FAMILY:-}
 }
-tier() {  # log-name path: the GPU tier except multi-GPU and full-size tests (GPU_K: a pytest -k expression)
+tier() {  # log-name path: the GPU tier except multi-GPU and full-size tests (GPU_K: a pytest -k expression; GPU_FILES: test files, default tests/)
   path "$2"; run "$1" "${GPU_SECS:-330}" python3 -m pytest -v --durations=25 -m "gpu and not multigpu and not slow" \
-    ${GPU_K:+-k "$GPU_K"} -p no:cacheprovider tests/
+    ${GPU_K:+-k "$GPU_K"} -p no:cacheprovider ${GPU_FILES:-tests/}
 }
 BUNDLED="kgen/problems/avg_pool2d.py kgen/problems/conv2d_avgpool_sigmoid_sum.py"
 for stage in "$@"; do
@@ -51,6 +53,8 @@ for stage in "$@"; do
     benchpool) path sm90; run benchpool 420 python3 tests/bench/bench_pool.py --quick --csv "$OUT/bench.csv" ${POOL_ONLY:+--only $POOL_ONLY} ;;
     benchconv) path sm90; run benchconv ${BENCH_SECS:-420} python3 tests/bench/bench_conv2d_epilogue.py --quick --csv "$OUT/bench.csv" ${BENCH_ONLY:+--only $BENCH_ONLY} ;;
     benchpool_nc) path sm90; run benchpool 240 python3 tests/bench/bench_pool.py --quick --no-compile --csv "$OUT/bench.csv" ${POOL_ONLY:+--only $POOL_ONLY} ;;
+    f64) path sm90; run f64 ${F64_SECS:-200} python3 tests/dev/f64_check.py ${F64_ONLY:-tests/dev/cases/*.py} ;;
+    variants) path sm90; run variants ${VARIANT_SECS:-400} python3 tests/dev/pool_variants.py ${VARIANT_ONLY:+--only $VARIANT_ONLY} ${VARIANTS:+--variants $VARIANTS} ;;
     profile) path sm90; for t in "" --tf32; do run "profile$t" 240 python3 tests/dev/profile_conv.py $t ${PROFILE_ONLY:-conv3x3_relu_bias conv3x3_hardswish_maxpool_mish}; done ;;
     *) echo "unknown stage $stage" | tee -a "$SUMMARY" ;;
   esac

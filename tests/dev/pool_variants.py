@@ -1,0 +1,168 @@
+"""A/B timing of pool-family design variants at issue 8's sizes (device only; a development harness, not shipped
+code): each variant overrides planning constants or functions of kgen.families.pool while its module is generated
+(the extension name is a hash of the rendered sources, so variants build side by side), is checked against
+PyTorch (values and grad_x), then timed with every other variant and eager in turns, in the same run.
+
+Usage: python tests/dev/pool_variants.py [--only NAME ...] [--variants LABEL ...] [--reps N]
+Names are tests/bench/bench_pool.py's PROBLEMS; variants are VARIANTS' labels below.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import torch  # noqa: E402
+
+from kgen import emit  # noqa: E402
+from kgen.bench import TOLERANCE, copy_bandwidth_gbs, cuda_time_ms  # noqa: E402
+from kgen.families import pool  # noqa: E402
+from kgen.problem import load_problem  # noqa: E402
+from kgen.spec import match  # noqa: E402
+from tests.bench.bench_pool import PROBLEMS, problem_source  # noqa: E402
+
+
+def _window_rh(rh: int):
+    orig = pool.window_tiling
+
+    def f(g, isz):
+        t = orig(g, isz)
+        if t is None:
+            return None
+        (_, _, _), (_, HO, _) = g.size, g.out
+        nj = (rh - 1) * g.stride[1] + (g.kernel[1] - 1) * g.dilation[1] + 1
+        return {**t, "rh": rh, "nj": nj, "groups": pool.ceil_div(HO, rh)}
+    return {"window_tiling": f}
+
+
+# label -> attribute overrides of kgen.families.pool (constants or functions)
+VARIANTS = {
+    "default": {},
+    "gather": {"scatter_tiling": lambda g, isz, osz: None},
+    "scatter4k": {"SCATTER_SMEM_FLOATS": 4096},
+    "scatter8k": {"SCATTER_SMEM_FLOATS": 8192},
+    "scatter_hold4": {"SCATTER_HOLD": 4},
+    "scatter_hold16": {"SCATTER_HOLD": 16},
+    "fwd_half16": {"OUT_MAX_HALF": 16},
+    "fwd_minblk1": {"MIN_BLOCKS": {**pool.MIN_BLOCKS, "window": 1, "lanes": 1}},
+    "fwd_minblk3": {"MIN_BLOCKS": {**pool.MIN_BLOCKS, "window": 3, "lanes": 3}},
+    "fwd_minblk4": {"MIN_BLOCKS": {**pool.MIN_BLOCKS, "window": 4, "lanes": 4}},
+    "fwd_out8": {"OUT_MAX": 8},
+    "fwd_out32": {"OUT_MAX": 32, "SEG_MAX": 80},
+    "fwd_loads64": {"LOADS_MAX": 64},
+    "fwd_rh1": _window_rh(1),
+    "fwd_rh4": _window_rh(4),
+    "lanes_out16": {"LANES_OUTPUTS": 16},
+    "lanes_out4": {"LANES_OUTPUTS": 4},
+    "no_lanes": {"lanes_tiling": lambda g, isz: None},
+}
+
+
+def generate(path: Path, overrides: dict):
+    saved = {k: getattr(pool, k) for k in overrides}
+    for k, v in overrides.items():
+        setattr(pool, k, v)
+    try:
+        problem = load_problem(path)
+        gen = emit.generate_problem(problem, str(path))
+    finally:
+        for k, v in saved.items():
+            setattr(pool, k, v)
+    head = [ln for ln in gen.files["kernel.cu"].splitlines()[:5] if "forward design" in ln]
+    return gen, problem, (head[0].split("forward design: ")[-1] if head else "?")
+
+
+def prebuild(files: list[Path], jobs: int) -> None:
+    """Builds the variants' extensions in parallel processes (the timing loop then loads them from the cache)."""
+    def one(f: Path):
+        r = subprocess.run([sys.executable, "-c", f"exec(open({str(f)!r}).read(), {{'__name__': 'prebuild'}})"],
+                           capture_output=True, text=True)
+        return f, r.returncode, r.stderr[-2000:]
+    with ThreadPoolExecutor(jobs) as ex:
+        for f, rc, err in ex.map(one, files):
+            if rc:
+                print(f"build failed: {f}\n{err}", flush=True)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--only", nargs="*", default=list(PROBLEMS))
+    ap.add_argument("--variants", nargs="*", default=["default", "gather"])
+    ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--jobs", type=int, default=16)
+    a = ap.parse_args()
+    bw = copy_bandwidth_gbs()
+    print(f"{torch.cuda.get_device_name()} torch {torch.__version__} copy {bw:.0f} GB/s", flush=True)
+    folder = Path(tempfile.mkdtemp(prefix="kgen_pool_variants_"))
+    gens = {}
+    for name in a.only:
+        module, shape, dtype = PROBLEMS[name]
+        path = folder / f"{name}.py"
+        path.write_text(problem_source(module, shape, dtype))
+        for label in a.variants:
+            gen, problem, design = generate(path, VARIANTS[label])
+            f = folder / f"{name}__{label}.py"
+            f.write_text(gen.files[emit.MODEL_FILE])
+            gens[name, label] = (f, problem, design)
+    unique = {f.read_text(): f for f, _, _ in gens.values()}  # variants that render the same build once
+    prebuild(sorted(unique.values()), a.jobs)
+    for name in a.only:
+        module, shape, dtype = PROBLEMS[name]
+        mods = {}
+        for label in a.variants:
+            f, problem, design = gens[name, label]
+            ns: dict = {"__name__": f"variant_{name}_{label}"}
+            exec(compile(f.read_text(), str(f), "exec"), ns)
+            mods[label] = (ns["ModelNew"]().cuda(), design)
+        user = problem.namespace
+        ref = user["Model"]().cuda()
+        with torch.device("cuda"):
+            x = user["get_inputs"]()[0]
+        _, spec = match(problem)
+        fwd_bytes, step_bytes = pool.traffic(spec, x.shape[0])
+        xg = x.detach().clone().requires_grad_(True)
+        y = ref(xg)
+        gy = torch.rand_like(y)
+        y.backward(gy)
+        want_y, want_gx = y.detach(), xg.grad
+        tol = TOLERANCE[x.dtype]
+        for label, (m, _) in mods.items():
+            xg.grad = None
+            got = m(xg)
+            got.backward(gy)
+            torch.testing.assert_close(got.detach(), want_y, atol=tol, rtol=tol)
+            torch.testing.assert_close(xg.grad, want_gx, atol=tol, rtol=tol)
+        del want_gx
+        rows = {label: [[], []] for label in list(mods) + ["eager"]}
+        for _ in range(2):  # two rounds, variants in turn
+            for label in rows:
+                m = ref if label == "eager" else mods[label][0]
+
+                def fwd():
+                    with torch.no_grad():
+                        m(x)
+
+                def step():
+                    xg.grad = None
+                    m(xg).backward(gy)
+                rows[label][0].append(cuda_time_ms(fwd, 2, a.reps))
+                rows[label][1].append(cuda_time_ms(step, 2, a.reps))
+        print(f"\n{name} {tuple(shape)} {dtype}: floor fwd {fwd_bytes / bw / 1e6:.3f} ms, step {step_bytes / bw / 1e6:.3f} ms")
+        for label, (f, s) in rows.items():
+            f_ms, s_ms = min(f), min(s)
+            design = mods[label][1] if label in mods else ""
+            print(f"  {label:<14} fwd {f_ms:8.3f} ms ({fwd_bytes / bw / 1e6 / f_ms:5.1%} of floor)  step {s_ms:8.3f} ms "
+                  f"({step_bytes / bw / 1e6 / s_ms:5.1%})  {design}", flush=True)
+        del mods, rows, x, xg, y, gy, want_y
+        torch.cuda.empty_cache()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
