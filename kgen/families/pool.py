@@ -14,8 +14,13 @@ size / out). Three forward designs, chosen here once:
 - ``colsum``: the tuned AvgPool2d kernel for wide windows (column sums down the window rows, then across them
   from shared memory);
 - ``simple``: one thread per output with run-time window bounds (unequal adaptive bins, very wide windows).
-Backward is a deterministic gather: each grad_x element sums the windows that can hold it (max pooling: the windows
-whose saved in-window argmax offset is this element; the offsets are 1, 2 or 4 bytes, never int64).
+Backward is deterministic, without atomics, and saves no more than PyTorch (max pooling keeps each output's
+in-window argmax offset in 1, 2 or 4 bytes, never int64):
+- ``scatter`` (max pooling with fixed 2-d / 3-d windows): a block holds a grad_x tile in shared memory, loads every
+  window reaching it, and adds each gradient at its argmax in barrier-separated phases of windows that share no
+  element (so each element sums its windows in a fixed order);
+- ``gather`` (everything else but the column-sum design's own): each grad_x element sums the windows that can hold it
+  (max pooling: those whose saved argmax is this element).
 """
 
 from __future__ import annotations
