@@ -128,6 +128,9 @@ _TABLE = [
     ("avg", 3, "bfloat16", (1, 2, 4, 4, 254), dict(kernel_size=(2, 2, 3), stride=(2, 2, 1), padding=(1, 0, 1)), "module", None),
     ("avg", 2, "float32", (1, 2, 100, 2048), dict(kernel_size=11), "module", None),  # the bundled window, persistent tiles
     ("avg", 2, "float32", (1, 2, 12, 5000), dict(kernel_size=5, stride=1, padding=2, ceil_mode=True), "module", None),  # column tiles
+    # the scatter backward over several tiles per plane, a partial last tile, dilated windows (3 phases a dimension)
+    ("max", 2, "float32", (1, 2, 150, 330), dict(kernel_size=3, stride=2, padding=1, dilation=2, ceil_mode=True), "module", None),
+    ("max", 3, "bfloat16", (1, 2, 20, 30, 72), dict(kernel_size=(2, 3, 3), stride=(1, 2, 2), padding=(1, 1, 0), dilation=(2, 1, 1), ceil_mode=True), "functional", None),
 ]
 
 
@@ -429,6 +432,12 @@ def test_scatter_backward_is_chosen_for_fixed_max_windows():
     assert pool.context(spec)["backward"] == "gather"  # unequal adaptive bins
     spec, _ = _spec(pool_problem("avg", 2, (2, 3, 13, 13), dict(kernel_size=3)))
     assert pool.context(spec)["backward"] == "gather"
+    spec, _ = _spec(pool_problem("max", 1, (2, 3, 130), dict(kernel_size=4, stride=2)))
+    assert pool.context(spec)["backward"] == "gather"  # 1-d windows
+    spec, _ = _spec(pool_problem("max", 2, (2, 3, 33, 40), dict(kernel_size=3, stride=2), dtype="float16"))
+    assert pool.context(spec)["backward"] == "gather"  # 2-d windows of a 2-byte type
+    spec, _ = _spec(pool_problem("max", 3, (1, 2, 9, 10, 40), dict(kernel_size=3, stride=2), dtype="bfloat16"))
+    assert pool.context(spec)["backward"] == "scatter"
 
 
 def test_offsets_are_compact():

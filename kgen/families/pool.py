@@ -16,7 +16,7 @@ size / out). Three forward designs, chosen here once:
 - ``simple``: one thread per output with run-time window bounds (unequal adaptive bins, very wide windows).
 Backward is deterministic, without atomics, and saves no more than PyTorch (max pooling keeps each output's
 in-window argmax offset in 1, 2 or 4 bytes, never int64):
-- ``scatter`` (max pooling with fixed 2-d / 3-d windows): a block holds a grad_x tile in shared memory, loads every
+- ``scatter`` (max pooling with fixed 3-d windows, and 2-d windows of float32): a block holds a grad_x tile in shared memory, loads every
   window reaching it, and adds each gradient at its argmax in barrier-separated phases of windows that share no
   element (so each element sums its windows in a fixed order);
 - ``gather`` (everything else but the column-sum design's own): each grad_x element sums the windows that can hold it
@@ -355,7 +355,8 @@ def gather_tiling(g: Geometry, itemsize: int) -> dict:
 
 
 SCATTER_SMEM_FLOATS = 12 * 1024  # the scatter backward's float32 grad_x tile (48 KB of static shared memory at most)
-SCATTER_HOLD = 8  # windows one scatter thread holds in registers per tile
+SCATTER_HOLD = 6  # windows one scatter thread holds in registers per tile (8 measured ~4% faster on H200 but spills at the
+# 64-register cap on dilated, many-phase windows and on the broadcast grad_y variant; 4: ~4% slower)
 SCATTER_PHASES_MAX = 27  # barrier-separated phases per tile (3-d stride 1, kernel 3)
 SCATTER_TILE_COST = 2048  # bytes of traffic one tile's fixed cost (barriers, edges, ramp) is worth in the choice
 
@@ -369,8 +370,10 @@ def scatter_tiling(g: Geometry, itemsize: int, offsize: int) -> dict | None:
     its windows in a fixed order (deterministic, no atomics). Then the tile is written with vector stores. Each
     window's gradient and offset are read once per tile it reaches, against the gather's once per grad_x vector.
     None when the windows are adaptive bins, need too many phases, or no tile fits."""
-    if g.reduce != "max" or g.adaptive or g.kernel[:2] == (1, 1):
-        return None  # 1-d windows keep the gather (H200, MaxPool1d(4, 2): step 2.98 ms gathering, 3.46 scattering)
+    if g.reduce != "max" or g.adaptive or g.kernel[:2] == (1, 1) or (g.kernel[0] == 1 and itemsize == 2):
+        # 1-d windows keep the gather (H200, MaxPool1d(4, 2): step 2.98 ms gathering, 3.46 scattering), and so do
+        # 2-d windows of 2-byte types (float16 MaxPool2d(3, 2, 1): 1.35 ms gathering, 1.38 scattering)
+        return None
     vec = vec_widths(g.size[2], itemsize)[0]
     ek = [(k - 1) * d + 1 for k, d in zip(g.kernel, g.dilation)]
     phases = [min(ceil_div(e, s), o) for e, s, o in zip(ek, g.stride, g.out)]
