@@ -171,6 +171,9 @@ def random_problem(rng: random.Random) -> str:
         size = [rng.randint(1, hi) for _ in range(nd)]
         if rng.random() < {1: 0.45, 2: 0.35, 3: 0.3}[nd]:  # wide rows (the warp-contiguous design)
             size = [rng.randint(1, 5) for _ in range(nd - 1)] + [rng.randint(100, {1: 1200, 2: 500, 3: 260}[nd])]
+        elif nd > 1 and rng.random() < (0.5 if op == "max" else 0.15):  # large planes: several scatter tiles, partial ones
+            size = {2: [rng.randint(40, 140), rng.randint(40, 300)],
+                    3: [rng.randint(8, 24), rng.randint(12, 40), rng.randint(30, 120)]}[nd]
         batched = rng.random() < 0.8
         shape = ((rng.randint(1, 3),) if batched else ()) + (rng.randint(1, 4),) + tuple(size)
         kw: dict = {}
