@@ -12,8 +12,9 @@ Scope:
   (values), max/min of all) over any dims with or without keepdim, and views (squeeze, flatten, view, reshape) that
   keep the batch as dim 0. Anything else is refused naming the op.
 
-Kernels (templates/conv2d_epilogue/kernel.cu.j2): implicit GEMMs on tensor cores, 3xTF32 (near float32 accuracy)
-when torch.backends.cudnn.allow_tf32 is off, plain TF32 when it is on (as cuDNN), picked at call time; operands from
+Kernels (templates/conv2d_epilogue/kernel.cu.j2, which includes one file per part: gemm, forward, halo, adjoint,
+grad_x, grad_w, direct, launch): implicit GEMMs on tensor cores, 3xTF32 accumulated in float32 registers when
+torch.backends.cudnn.allow_tf32 is off, plain TF32 when it is on (as cuDNN), picked at call time; operands from
 halo tiles where the shape allows (halo_plan, halo_dx_plan, halo_w_plan), else an im2col loader. The forward
 applies the program to the accumulator; training saves the conv output z only when the program's derived backward
 reads it (recomputing z would cost a second convolution, so storing always wins when it is read at all).
