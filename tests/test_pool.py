@@ -331,7 +331,7 @@ def test_aligned_gather_visits_every_window_tap_once():
 
 
 def _replay_scatter(g: pool.Geometry, t: dict, offsets: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
-    """The scatter backward's loops (templates/pool/kernel.cu.j2, backward "scatter") for one plane, in Python: tiles,
+    """The scatter backward's loops (templates/pool/backward_scatter.cu.j2) for one plane, in Python: tiles,
     phases, the per-phase window boxes and the in-tile test. Asserts that no two windows of one phase add to the same
     element (so the kernel's shared-memory adds do not race)."""
     (D, H, W), (DO, HO, WO) = g.size, g.out
