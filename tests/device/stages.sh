@@ -4,7 +4,8 @@
 # Stages: import build build80 gpu gpu80 slow percall sweep bench bench80 benchpool benchpool_nc benchconv profile f64 variants
 #   import: kgen generate, then a cold and a warm import of a generated module (tests/device/import_timing.py)
 #   build / build80: every GPU-test extension (FAMILY: one family's), 16 jobs (Hopper path / KGEN_FORCE_SM80=1, each with its own cache)
-#   gpu / gpu80: the GPU tier on that path (GPU_K: a pytest -k expression); slow: the full-size tests
+#   gpu / gpu80: the GPU tier on that path (GPU_K: a pytest -k expression; note "pool" also matches the
+#     conv2d_avgpool_act_reduce family: the pool family alone is GPU_K="pool and not conv2d"); slow: the full-size tests
 #   percall: tests/device/per_call.py; sweep: SWEEP_N (60) random problems of FAMILY (pool); bench / bench80: the bundled problems
 #   benchpool (benchpool_nc: without torch.compile): tests/bench/bench_pool.py --quick (POOL_ONLY: names)
 #   benchconv: tests/bench/bench_conv2d_epilogue.py --quick, TF32 off and allowed (BENCH_ONLY: names)
