@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call made of named, time-boxed stages; each stage's log goes to $OUT/<stage>.log and its last line(s)
 # to the summary printed at the end. Usage: bash tests/device/stages.sh STAGE [STAGE ...]
-# Stages: import build build80 gpu gpu80 slow percall sweep bench bench80 benchpool benchpool_nc benchconv profile f64 variants staged
+# Stages: import build build80 gpu gpu80 slow percall sweep bench bench80 benchpool benchpool_nc benchconv profile profilepool f64 variants staged
 #   import: kgen generate, then a cold and a warm import of a generated module (tests/device/import_timing.py)
 #   build / build80: every GPU-test extension (FAMILY: one family's), 16 jobs (Hopper path / KGEN_FORCE_SM80=1, each with its own cache)
 #   gpu / gpu80: the GPU tier on that path (GPU_K: a pytest -k expression; note "pool" also matches the
@@ -12,6 +12,7 @@
 #   profile: tests/dev/profile_conv.py per kernel, TF32 off and allowed (PROFILE_ONLY: names, default two)
 #   f64: tests/dev/f64_check.py (F64_ONLY: problem files; default tests/dev/cases/*.py)
 #   variants: tests/dev/pool_variants.py (VARIANT_ONLY: problem names, VARIANTS: variant labels)
+#   profilepool: tests/dev/profile_pool.py per kernel (PROFILE_ONLY: bench_pool names, default three max pools)
 #   staged: tests/dev/pool3d_staged.py, the staged separable 3-d max-pool forward against kgen's (docs/notes/pool_plan.md)
 # Build first in the same call (or on the same warm machine): the GPU tests then load from the cache. A machine
 # starts bare and goes back 30 s after a call, so every call rebuilds. Measured on an H200 (16 jobs): FAMILY=pool
@@ -59,6 +60,7 @@ for stage in "$@"; do
     benchconv) path sm90; run benchconv ${BENCH_SECS:-420} python3 tests/bench/bench_conv2d_epilogue.py --quick --csv "$OUT/bench.csv" ${BENCH_ONLY:+--only $BENCH_ONLY} ;;
     benchpool_nc) path sm90; run benchpool 240 python3 tests/bench/bench_pool.py --quick --no-compile --csv "$OUT/bench.csv" ${POOL_ONLY:+--only $POOL_ONLY} ;;
     f64) path sm90; run f64 ${F64_SECS:-200} python3 tests/dev/f64_check.py ${F64_ONLY:-tests/dev/cases/*.py} ;;
+    profilepool) path sm90; run profilepool 200 python3 tests/dev/profile_pool.py ${PROFILE_ONLY:-maxpool2d_k3s2p1_fp16 maxpool2d_k3s2p1 maxpool3d_k3s2p1} ;;
     staged) path sm90; run staged ${STAGED_SECS:-240} python3 tests/dev/pool3d_staged.py --tdo 2 --tho 2 4 ;;
     variants) path sm90; run variants ${VARIANT_SECS:-400} python3 tests/dev/pool_variants.py ${VARIANT_ONLY:+--only $VARIANT_ONLY} ${VARIANTS:+--variants $VARIANTS} ;;
     profile) path sm90; for t in "" --tf32; do run "profile$t" 240 python3 tests/dev/profile_conv.py $t ${PROFILE_ONLY:-conv3x3_relu_bias conv3x3_hardswish_maxpool_mish}; done ;;
