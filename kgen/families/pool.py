@@ -444,11 +444,15 @@ def plan(spec: Spec) -> dict:
         out["forward"], out["tiling"] = "window", window
     else:
         out["forward"], out["tiling"] = "simple", {}
-    scatter = None if spec.outputs == "indices" else scatter_tiling(g, isz, offset_type(g).size)
-    out["backward"] = ("none" if spec.outputs == "indices" else "colsum" if out["forward"] == "colsum"
-                       else "scatter" if scatter is not None else "gather")
-    out["gather"] = (gather_tiling(g, isz) if out["backward"] == "gather" else scatter
-                     if out["backward"] == "scatter" else {})
+    out["bwd_tiling"] = {}  # the scatter's or the gather's tiling (colsum's is part of its forward tiling)
+    if spec.outputs == "indices":
+        out["backward"] = "none"
+    elif out["forward"] == "colsum":
+        out["backward"] = "colsum"
+    else:
+        scatter = scatter_tiling(g, isz, offset_type(g).size)
+        out["backward"] = "gather" if scatter is None else "scatter"
+        out["bwd_tiling"] = gather_tiling(g, isz) if scatter is None else scatter
     return out
 
 
@@ -493,7 +497,7 @@ def context(spec: Spec) -> dict:
         "x_want_cpp": _cpp_shape("-1" if spec.batched else None, in_dims), "x_shape_cpp": _cpp_shape(batch, in_dims),
         "y_want_cpp": _cpp_shape("-1" if spec.batched else None, out_dims), "y_shape_cpp": _cpp_shape(batch, out_dims),
         "x_shape_py": _py_shape(batch, in_dims), "y_shape_py": _py_shape(batch, out_dims),
-        **pl["tiling"], **pl["gather"],
+        **pl["tiling"], **pl["bwd_tiling"],
     }
     return ctx
 
@@ -524,7 +528,7 @@ def describe(spec: Spec) -> list[str]:
                      "autograd on, forward also saves each output's in-window argmax offset "
                      f"({offset_type(g).size} byte(s), not int64 indices).")
     if pl["backward"] == "scatter":
-        t = pl["gather"]
+        t = pl["bwd_tiling"]
         lines.append(f"backward: per {t['s_td']} x {t['s_th']} x {t['s_tw']} tile of grad_x in shared memory, every "
                      "window that can reach it adds its gradient at its saved argmax, in "
                      f"{math.prod(t['s_phases'])} barrier-separated phase(s) of windows that share no element (fixed "

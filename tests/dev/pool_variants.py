@@ -35,9 +35,8 @@ def _window_rh(rh: int):
         t = orig(g, isz)
         if t is None:
             return None
-        (_, _, _), (_, HO, _) = g.size, g.out
         nj = (rh - 1) * g.stride[1] + (g.kernel[1] - 1) * g.dilation[1] + 1
-        return {**t, "rh": rh, "nj": nj, "groups": pool.ceil_div(HO, rh)}
+        return {**t, "rh": rh, "nj": nj, "groups": pool.ceil_div(g.out[1], rh)}
     return {"window_tiling": f}
 
 
