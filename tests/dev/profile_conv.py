@@ -14,6 +14,19 @@ from tests.bench.bench_conv2d_epilogue import PROBLEMS, problem_source  # noqa: 
 from tests.helpers import generate_module  # noqa: E402
 
 
+def print_kernel_times(step, title: str, rows: int = 14) -> None:
+    """Runs step() 3 times to warm up, then prints the per-kernel GPU times of 5 more (torch.profiler)."""
+    for _ in range(3):
+        step()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(5):
+            step()
+        torch.cuda.synchronize()
+    print(f"== {title}: 5 training steps")
+    print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=rows, max_name_column_width=70))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("names", nargs="+")
@@ -27,16 +40,11 @@ def main() -> int:
         exec(source, user)
         model = ns["ModelNew"](*user["get_init_inputs"]()).cuda()
         x = user["get_inputs"]()[0].cuda().requires_grad_(True)
-        for _ in range(3):
-            model(x).sum().backward()
-        torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for _ in range(5):
-                y = model(x)
-                y.backward(torch.ones_like(y))
-            torch.cuda.synchronize()
-        print(f"== {name} (TF32 {'on' if a.tf32 else 'off'}): 5 training steps")
-        print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=14, max_name_column_width=70))
+
+        def step():
+            y = model(x)
+            y.backward(torch.ones_like(y))
+        print_kernel_times(step, f"{name} (TF32 {'on' if a.tf32 else 'off'})")
     return 0
 
 

@@ -8,9 +8,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch  # noqa: E402
-from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
 from tests.bench.bench_pool import PROBLEMS, problem_source  # noqa: E402
+from tests.dev.profile_conv import print_kernel_times  # noqa: E402
 from tests.helpers import generate_module  # noqa: E402
 
 
@@ -25,19 +25,13 @@ def main() -> int:
         exec(source, user)
         model = ns["ModelNew"]().cuda()
         x = user["get_inputs"]()[0].cuda().requires_grad_(True)
-        gy = None
-        for _ in range(3):
-            y = model(x)
-            gy = torch.rand_like(y) if gy is None else gy
-            y.backward(gy)
-        torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for _ in range(5):
-                x.grad = None
-                model(x).backward(gy)
-            torch.cuda.synchronize()
-        print(f"== {name}: 5 training steps (random full-size grad_y)")
-        print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=10, max_name_column_width=70))
+        with torch.no_grad():
+            gy = torch.rand_like(model(x))
+
+        def step():
+            x.grad = None
+            model(x).backward(gy)
+        print_kernel_times(step, f"{name} (random full-size grad_y)", rows=10)
     return 0
 
 
