@@ -400,7 +400,7 @@ def scatter_tiling(g: Geometry, itemsize: int, offsize: int) -> dict | None:
     if best is None:  # one row of the tile, a vector wide, does not fit
         return None
     _, (td, th, tw), cands = best
-    return {"s_vec": vec if tw % vec == 0 else 1, "s_td": td, "s_th": th, "s_tw": tw,
+    return {"s_vec": vec, "s_td": td, "s_th": th, "s_tw": tw,
             "s_tiles": [ceil_div(n, x) for n, x in zip(g.size, (td, th, tw))],
             "s_phases": phases, "s_box": cands, "s_hold": ceil_div(math.prod(cands), THREADS)}
 
