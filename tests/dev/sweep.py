@@ -1,6 +1,6 @@
 """Random in-scope problems for every registered family: render (and nvcc-compile with --compile) here; on a GPU,
 also check forward and every gradient against PyTorch (tests/test_numerics.py's comparison).
-Usage: python tests/dev/sweep.py [--n 12] [--seed 1] [--family NAME] [--compile] [--gpu]"""
+Usage: python tests/dev/sweep.py [--n 12] [--seed 1] [--family NAME] [--compile] [--gpu] [--jobs 12]"""
 
 import argparse
 import subprocess
@@ -35,6 +35,7 @@ def main():
     ap.add_argument("--family", default=None, help="only this family")
     ap.add_argument("--compile", action="store_true")
     ap.add_argument("--gpu", action="store_true")
+    ap.add_argument("--jobs", type=int, default=12, help="parallel extension builds before the GPU checks")
     a = ap.parse_args()
     cases = [(f, s) for f, s in random_problems(a.n, a.seed) if a.family in (None, f)]
     gens, bad = [], 0
@@ -57,7 +58,7 @@ def main():
 
         # build every extension in parallel first; the checks then load from the cache
         paths = [helpers.write_generated(gen) for fam, src, gen in gens]
-        with ThreadPoolExecutor(12) as ex:
+        with ThreadPoolExecutor(a.jobs) as ex:
             for name, secs, rc, err in ex.map(build, paths):
                 if rc:
                     print(f"BUILD FAIL {name}: {err[-1500:]}")
