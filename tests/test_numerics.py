@@ -3,6 +3,8 @@ own Model on fresh random inputs (never zeros), forward and every gradient (inpu
 KernelBench's tolerances for the input dtype; outputs poisoned first so unwritten elements show; integer outputs
 (pooling indices) must be equal. Each family's own test file adds its special cases."""
 
+import copy
+
 import pytest
 import torch
 
@@ -17,9 +19,14 @@ def outputs(y):
 
 
 def compare(source: str, seed: int = 0):
+    """The generated module against the problem's Model (TF32 off): every output, the inference outputs, grad x and
+    every parameter's gradient within TOLERANCE of eager float32. A float32 tensor that misses eager may instead be
+    within the same tolerance of the Model run in float64 on the same inputs (the bar of #9 for TF32-off mode): a long
+    float32 reduction (grad_w sums N*HO*WO terms) can leave eager itself more than 1e-4 away from the exact value."""
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
     model, new, ns, user = reference_and_new(source, seed=seed)
+    exact_model = copy.deepcopy(model).double()
     with torch.device("meta"):
         meta = user["get_inputs"]()[0]
     atol, rtol = TOLERANCE[meta.dtype]
@@ -30,27 +37,48 @@ def compare(source: str, seed: int = 0):
     poison_cuda_allocator(4 * x.numel() + 4096)
     out = outputs(new(x))
     assert len(out) == len(ref)
-    for o, r in zip(out, ref):
+    checks = []  # (what, kgen, eager, index of the float64 counterpart)
+    for i, (o, r) in enumerate(zip(out, ref)):
         assert o.shape == r.shape and o.dtype == r.dtype, (o.shape, r.shape, o.dtype, r.dtype)
         if r.is_floating_point():
-            torch.testing.assert_close(o, r, atol=atol, rtol=rtol, equal_nan=True)
+            checks.append((f"output {i}", o, r, ("out", i)))
         else:
             assert torch.equal(o, r), "integer outputs (indices) differ from PyTorch's"
     with torch.no_grad():  # inference may take other kernels (conv2d_epilogue folds a pooling stage in)
         poison_cuda_allocator(4 * x.numel() + 4096)
-        for o, r in zip(outputs(new(x)), ref):
+        for i, (o, r) in enumerate(zip(outputs(new(x)), ref)):
             if r.is_floating_point():
-                torch.testing.assert_close(o, r.detach(), atol=atol, rtol=rtol, equal_nan=True)
+                checks.append((f"inference output {i}", o, r.detach(), ("out", i)))
     grads = [(o, r, torch.randn_like(r)) for o, r in zip(out, ref) if r.is_floating_point() and r.requires_grad]
-    if not grads:  # e.g. a pool that returns only its indices: nothing to differentiate
-        return new, x
-    torch.autograd.backward([r for _, r, _ in grads], [g for _, _, g in grads])
-    poison_cuda_allocator(4 * x.numel() + 4096)
-    torch.autograd.backward([o for o, _, _ in grads], [g for _, _, g in grads])
-    torch.testing.assert_close(x.grad, xr.grad, atol=atol, rtol=rtol, equal_nan=True)
-    for (name, p), (_, pr) in zip(new.named_parameters(), model.named_parameters()):
-        torch.testing.assert_close(p.grad, pr.grad, atol=atol, rtol=rtol, msg=lambda m: f"{name}: {m}")
+    if grads:  # else e.g. a pool that returns only its indices: nothing to differentiate
+        torch.autograd.backward([r for _, r, _ in grads], [g for _, _, g in grads])
+        poison_cuda_allocator(4 * x.numel() + 4096)
+        torch.autograd.backward([o for o, _, _ in grads], [g for _, _, g in grads])
+        checks.append(("grad x", x.grad, xr.grad, ("x", 0)))
+        for i, ((name, p), (_, pr)) in enumerate(zip(new.named_parameters(), model.named_parameters())):
+            checks.append((f"grad {name}", p.grad, pr.grad, ("param", i)))
+    misses = [c for c in checks if not torch.allclose(c[1], c[2], atol=atol, rtol=rtol, equal_nan=True)]
+    if misses and meta.dtype == torch.float32:
+        exact = _float64_reference(exact_model, x, [g for _, _, g in grads])
+        for what, o, r, key in misses:
+            e = exact[key[0]][key[1]]
+            eager_off = ((r.double() - e).abs() - rtol * e.abs()).max().item()
+            print(f"{what}: eager float32 is {eager_off:.2e} past atol + rtol*|float64|; kgen against float64:")
+            torch.testing.assert_close(o.double(), e, atol=atol, rtol=rtol, equal_nan=True, msg=lambda m: f"{what}: {m}")
+    else:
+        for what, o, r, _ in misses:
+            torch.testing.assert_close(o, r, atol=atol, rtol=rtol, equal_nan=True, msg=lambda m: f"{what}: {m}")
     return new, x
+
+
+def _float64_reference(model, x, grad_outputs):
+    """The Model in float64 on x's values: {"out": outputs, "x": [grad x], "param": parameter gradients}."""
+    xd = x.detach().double().requires_grad_(True)
+    out = outputs(model(xd))
+    floats = [o for o in out if o.is_floating_point() and o.requires_grad]
+    if grad_outputs:
+        torch.autograd.backward(floats, [g.double() for g in grad_outputs])
+    return {"out": [o.detach() for o in out], "x": [xd.grad], "param": [p.grad for p in model.parameters()]}
 
 
 @pytest.mark.gpu
