@@ -20,9 +20,11 @@ def outputs(y):
 
 def compare(source: str, seed: int = 0):
     """The generated module against the problem's Model (TF32 off): every output, the inference outputs, grad x and
-    every parameter's gradient within TOLERANCE of eager float32. A float32 tensor that misses eager may instead be
-    within the same tolerance of the Model run in float64 on the same inputs (the bar of #9 for TF32-off mode): a long
-    float32 reduction (grad_w sums N*HO*WO terms) can leave eager itself more than 1e-4 away from the exact value."""
+    every parameter's gradient within TOLERANCE of eager PyTorch. A tensor that misses eager may instead be within the
+    same tolerance of the Model run in float64 on the same inputs and output gradients (#9's bar for TF32-off mode),
+    since eager can itself be further than that from the exact value: a long float32 reduction (grad_w sums N*HO*WO
+    terms), or max pooling's backward in a 2-byte type, whose atomic adds round to that type at each overlapping
+    window."""
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
     model, new, ns, user = reference_and_new(source, seed=seed)
@@ -58,16 +60,14 @@ def compare(source: str, seed: int = 0):
         for i, ((name, p), (_, pr)) in enumerate(zip(new.named_parameters(), model.named_parameters())):
             checks.append((f"grad {name}", p.grad, pr.grad, ("param", i)))
     misses = [c for c in checks if not torch.allclose(c[1], c[2], atol=atol, rtol=rtol, equal_nan=True)]
-    if misses and meta.dtype == torch.float32:
+    if misses:
         exact = _float64_reference(exact_model, x, [g for _, _, g in grads])
         for what, o, r, key in misses:
             e = exact[key[0]][key[1]]
-            eager_off = ((r.double() - e).abs() - rtol * e.abs()).max().item()
-            print(f"{what}: eager float32 is {eager_off:.2e} past atol + rtol*|float64|; kgen against float64:")
-            torch.testing.assert_close(o.double(), e, atol=atol, rtol=rtol, equal_nan=True, msg=lambda m: f"{what}: {m}")
-    else:
-        for what, o, r, _ in misses:
-            torch.testing.assert_close(o, r, atol=atol, rtol=rtol, equal_nan=True, msg=lambda m: f"{what}: {m}")
+            print(f"{what}: largest |eager - float64| {(r.double() - e).abs().max().item():.3e}, "
+                  f"|kgen - float64| {(o.double() - e).abs().max().item():.3e}")
+            torch.testing.assert_close(o.double(), e, atol=atol, rtol=rtol, equal_nan=True,
+                                       msg=lambda m: f"{what} (missed eager; against the float64 Model): {m}")
     return new, x
 
 

@@ -164,12 +164,26 @@ def build(shape, k, s, p, dtype, tdo, tho):
     return mod, out
 
 
-def check(dtype, tdo, tho):
+CHECKS = (((2, 3, 9, 10, 16), (3, 3, 3), (2, 2, 2), (1, 1, 1)),
+          ((1, 2, 7, 13, 24), (2, 3, 3), (1, 2, 2), (1, 1, 0)),
+          ((2, 2, 6, 6, 8), (3, 3, 3), (3, 3, 3), (0, 0, 0)))
+
+
+def build_all(configs, also) -> tuple[dict, object]:
+    """Every (shape, k, s, p, dtype, tdo, tho) extension at once, in threads (each a separate nvcc with torch
+    headers, about a minute alone), with also() (kgen's module) beside them: ({config: (module, output size)},
+    also's result)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(len(configs) + 1) as ex:
+        other = ex.submit(also)
+        return dict(zip(configs, ex.map(lambda c: build(*c), configs))), other.result()
+
+
+def check(dtype, tdo, tho, built):
     """Exact values and offsets against PyTorch: ties (integers), -inf and NaN, odd tiles."""
-    for shape, k, s, p in (((2, 3, 9, 10, 16), (3, 3, 3), (2, 2, 2), (1, 1, 1)),
-                           ((1, 2, 7, 13, 24), (2, 3, 3), (1, 2, 2), (1, 1, 0)),
-                           ((2, 2, 6, 6, 8), (3, 3, 3), (3, 3, 3), (0, 0, 0))):
-        mod, out = build(shape, k, s, p, dtype, tdo, tho)
+    for shape, k, s, p in CHECKS:
+        mod, out = built[(shape, k, s, p, dtype, tdo, tho)]
         x = torch.randint(-3, 4, shape, device="cuda").to(dtype)
         x.view(-1)[torch.randperm(x.numel(), device="cuda")[:5]] = float("nan")
         x.view(-1)[torch.randperm(x.numel(), device="cuda")[:5]] = float("-inf")
@@ -275,23 +289,24 @@ def main() -> int:
     gen = emit.generate_problem(load_problem(path), str(path))
     ns: dict = {"__name__": "kgen_maxpool3d"}
     exec(compile(gen.files[emit.MODEL_FILE], "<kgen>", "exec"), ns)
-    kgen_model = ns["ModelNew"]().cuda()
+    variants = [(tdo, tho) for tdo in a.tdo for tho in a.tho]
+    built, kgen_model = build_all([(*c, dtype, tdo, tho) for tdo, tho in variants for c in CHECKS + ((shape, k, s, p),)],
+                                  lambda: ns["ModelNew"]().cuda())
     x = torch.rand(shape, device="cuda").to(dtype)
     want = F.max_pool3d(x, k, s, p)
     floor_ms = (x.numel() + want.numel()) * x.element_size() / bw / 1e6
     rows = {"eager": lambda: F.max_pool3d(x, k, s, p), "kgen": lambda: kgen_model(x)}
     with torch.no_grad():
         torch.testing.assert_close(kgen_model(x), want, atol=0, rtol=0)
-    for tdo in a.tdo:
-        for tho in a.tho:
-            check(dtype, tdo, tho)
-            mod, _ = build(shape, k, s, p, dtype, tdo, tho)
-            y = torch.empty_like(want)
-            off = torch.empty(want.shape, dtype=torch.uint8, device="cuda")
-            mod.run(x, y, off, False)
-            torch.testing.assert_close(y, want, atol=0, rtol=0)
-            rows[f"staged tdo {tdo} tho {tho}"] = (lambda m=mod, yy=y, oo=off: m.run(x, yy, oo, False))
-            rows[f"staged tdo {tdo} tho {tho} +offsets"] = (lambda m=mod, yy=y, oo=off: m.run(x, yy, oo, True))
+    for tdo, tho in variants:
+        check(dtype, tdo, tho, built)
+        mod, _ = built[(shape, k, s, p, dtype, tdo, tho)]
+        y = torch.empty_like(want)
+        off = torch.empty(want.shape, dtype=torch.uint8, device="cuda")
+        mod.run(x, y, off, False)
+        torch.testing.assert_close(y, want, atol=0, rtol=0)
+        rows[f"staged tdo {tdo} tho {tho}"] = (lambda m=mod, yy=y, oo=off: m.run(x, yy, oo, False))
+        rows[f"staged tdo {tdo} tho {tho} +offsets"] = (lambda m=mod, yy=y, oo=off: m.run(x, yy, oo, True))
     print(f"MaxPool3d(3, 2, 1) {shape} {a.dtype}: floor {floor_ms:.3f} ms (values only)")
     with torch.no_grad():
         for label, fn in rows.items():

@@ -56,7 +56,7 @@ for stage in "$@"; do
     sweep) path sm90; run sweep ${SWEEP_SECS:-330} python3 tests/dev/sweep.py --gpu --n ${SWEEP_N:-60} --family ${FAMILY:-pool} --seed ${SWEEP_SEED:-7} --jobs ${SWEEP_JOBS:-12} ;;
     bench) path sm90; for p in $BUNDLED; do run "bench_$(basename $p .py)" 150 python3 -m kgen bench "$p" --per-call --csv "$OUT/bench.csv"; done ;;
     bench80) path sm80; for p in $BUNDLED; do run "bench80_$(basename $p .py)" 90 python3 -m kgen bench "$p" --no-compile --per-call --csv "$OUT/bench.csv"; done ;;
-    benchpool) path sm90; run benchpool 420 python3 tests/bench/bench_pool.py --quick --csv "$OUT/bench.csv" ${POOL_ONLY:+--only $POOL_ONLY} ;;
+    benchpool) path sm90; run benchpool ${BENCHPOOL_SECS:-420} python3 tests/bench/bench_pool.py --quick --csv "$OUT/bench.csv" ${POOL_ONLY:+--only $POOL_ONLY} ;;
     benchconv) path sm90; run benchconv ${BENCH_SECS:-420} python3 tests/bench/bench_conv2d_epilogue.py --quick --csv "$OUT/bench.csv" ${BENCH_ONLY:+--only $BENCH_ONLY} ;;
     benchpool_nc) path sm90; run benchpool 240 python3 tests/bench/bench_pool.py --quick --no-compile --csv "$OUT/bench.csv" ${POOL_ONLY:+--only $POOL_ONLY} ;;
     f64) path sm90; run f64 ${F64_SECS:-200} python3 tests/dev/f64_check.py ${F64_ONLY:-tests/dev/cases/*.py} ;;
