@@ -1,0 +1,73 @@
+"""Time several generated modules of one problem against each other and eager (TF32 off, or --tf32): variants of a
+template or of kgen itself, rendered here (no GPU needed) from different trees or edits, then timed in one run on
+one card. Each module is first built in parallel (one process each), then checked against the problem's Model
+(forward and grad_x within 1e-4 of eager, TF32 off) and timed: forward and training step, back-to-back.
+Usage (GPU): python tests/dev/time_generated.py PROBLEM.py LABEL=model_new.py [LABEL=model_new.py ...] [--tf32]"""
+
+import argparse
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import torch  # noqa: E402
+
+from kgen.bench import cuda_time_ms  # noqa: E402
+from tests.device.prebuild import build  # noqa: E402
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("problem")
+    ap.add_argument("modules", nargs="+", help="LABEL=path/to/model_new.py")
+    ap.add_argument("--tf32", action="store_true")
+    ap.add_argument("--reps", type=int, default=7)
+    a = ap.parse_args()
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = a.tf32
+    mods = [m.split("=", 1) for m in a.modules]
+    with ThreadPoolExecutor(len(mods)) as ex:
+        for name, secs, rc, err in ex.map(build, [Path(p) for _, p in mods]):
+            print(f"built {name} in {secs:.0f} s" if rc == 0 else f"BUILD FAIL {name}: {err[-1500:]}", flush=True)
+    user: dict = {"__name__": "problem"}
+    exec(compile(Path(a.problem).read_text(), a.problem, "exec"), user)
+    init = user["get_init_inputs"]()
+    torch.manual_seed(0)
+    model = user["Model"](*init).cuda()
+    with torch.device("meta"):
+        shape = user["get_inputs"]()[0].shape
+    x = torch.randn(shape, device="cuda", requires_grad=True)
+    rows = {"eager": model}
+    for label, path in mods:
+        ns: dict = {"__name__": f"variant_{label}"}
+        exec(compile(Path(path).read_text(), path, "exec"), ns)
+        new = ns["ModelNew"](*init).cuda()
+        new.load_state_dict(model.state_dict())
+        rows[label] = new
+    torch.backends.cudnn.allow_tf32 = False
+    ref = model(x)
+    (gref,) = torch.autograd.grad(ref.sum(), x)
+    torch.backends.cudnn.allow_tf32 = a.tf32
+    for label, m in rows.items():
+        if label == "eager" or a.tf32:
+            continue
+        y = m(x)
+        (g,) = torch.autograd.grad(y.sum(), x)
+        torch.testing.assert_close(y, ref, atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(g, gref, atol=1e-4, rtol=1e-4)
+    print(f"{a.problem} on {torch.cuda.get_device_name()}, torch {torch.__version__}, TF32 {'allowed' if a.tf32 else 'off'}"
+          f"{'' if a.tf32 else ' (every variant matched eager, forward and grad_x)'}")
+    for label, m in rows.items():
+        with torch.no_grad():
+            fwd = min(cuda_time_ms(lambda: m(x), 3, a.reps) for _ in range(2))
+
+        def step():
+            m(x).sum().backward()
+
+        train = min(cuda_time_ms(step, 3, a.reps) for _ in range(2))
+        print(f"  {label:<14} fwd {fwd:7.3f} ms   step {train:7.3f} ms", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
