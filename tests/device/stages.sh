@@ -17,7 +17,8 @@
 # Build first in the same call (or on the same warm machine): the GPU tests then load from the cache. A machine
 # starts bare and goes back 30 s after a call, so every call rebuilds. Measured on an H200 (16 jobs): FAMILY=pool
 # builds in ~110 s, FAMILY=conv2d_epilogue in over 130 s (its 38 extensions); a GPU stage whose builds are not done
-# spends its time box building. Fit one family's build + gpu (+ sweep) in one 10-minute call.
+# spends its time box building. Fit one family's build + gpu (+ sweep) in one 10-minute call, or, on a 4-GPU machine
+# (64 cores), run several of these lanes at once after one build: tests/device/lanes.sh.
 # Environment: KGEN_CACHE_DIR per path (sm90 / sm80), KGEN_TEST_GEN_DIR shared.
 set -u
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 KGEN_TEST_GEN_DIR=/tmp/kgen_test_gen
