@@ -28,7 +28,6 @@ def compare(source: str, seed: int = 0):
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
     model, new, ns, user = reference_and_new(source, seed=seed)
-    exact_model = copy.deepcopy(model).double()
     with torch.device("meta"):
         meta = user["get_inputs"]()[0]
     atol, rtol = TOLERANCE[meta.dtype]
@@ -59,7 +58,7 @@ def compare(source: str, seed: int = 0):
         checks.append(("grad x", x.grad, xr.grad, ("x", 0)))
         for i, ((name, p), (_, pr)) in enumerate(zip(new.named_parameters(), model.named_parameters())):
             checks.append((f"grad {name}", p.grad, pr.grad, ("param", i)))
-    assert_close_or_exact(checks, lambda: _float64_reference(exact_model, x, [g for _, _, g in grads]), atol, rtol)
+    assert_close_or_exact(checks, lambda: _float64_reference(model, x, [g for _, _, g in grads]), atol, rtol)
     return new, x
 
 
@@ -94,8 +93,28 @@ def test_a_miss_of_eager_passes_only_within_tolerance_of_float64():
         assert_close_or_exact([("off both", (exact - 3e-4).float(), eager_off, ("out", 0))], reference, 1e-4, 1e-4)
 
 
+def test_float64_reference_is_one_backward_of_a_float64_copy():
+    """CPU: after the float32 Model's own backward, the float64 rerun gives the gradients of one backward in float64
+    (a deep copy does not carry the Model's .grad over; this fails if it ever did) and leaves the Model as it was."""
+    torch.manual_seed(0)
+    model = torch.nn.Conv2d(3, 4, 3)
+    x = torch.randn(2, 3, 6, 6)
+    g = torch.randn(2, 4, 4, 4)
+    model(x).backward(g)  # the Model's float32 grads are set, as in compare()
+    got = _float64_reference(model, x, [g])
+    xd = x.double().requires_grad_(True)
+    w, b = (p.detach().double().requires_grad_(True) for p in (model.weight, model.bias))
+    torch.nn.functional.conv2d(xd, w, b).backward(g.double())
+    assert got["out"][0].dtype == torch.float64 and got["param"][0].dtype == torch.float64
+    torch.testing.assert_close(got["x"][0], xd.grad, atol=0, rtol=0)
+    torch.testing.assert_close(got["param"][0], w.grad, atol=0, rtol=0)
+    torch.testing.assert_close(got["param"][1], b.grad, atol=0, rtol=0)
+    assert model.weight.dtype == torch.float32  # the Model itself is left as it was
+
+
 def _float64_reference(model, x, grad_outputs):
-    """The Model in float64 on x's values: {"out": outputs, "x": [grad x], "param": parameter gradients}."""
+    """A float64 copy of the Model on x's values: {"out": outputs, "x": [grad x], "param": parameter gradients}."""
+    model = copy.deepcopy(model).double()
     xd = x.detach().double().requires_grad_(True)
     out = outputs(model(xd))
     floats = [o for o in out if o.is_floating_point() and o.requires_grad]

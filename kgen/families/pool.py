@@ -16,9 +16,9 @@ size / out). Three forward designs, chosen here once:
 - ``simple``: one thread per output with run-time window bounds (unequal adaptive bins, very wide windows).
 Backward is deterministic, without atomics, and saves no more than PyTorch (max pooling keeps each output's
 in-window argmax offset in 1, 2 or 4 bytes, never int64):
-- ``scatter`` (max pooling with fixed 3-d windows, and 2-d windows of float32): a block holds a grad_x tile in shared memory, loads every
-  window reaching it, and adds each gradient at its argmax in barrier-separated phases of windows that share no
-  element (so each element sums its windows in a fixed order);
+- ``scatter`` (max pooling with fixed 3-d windows, and 2-d windows of float32): a block holds a grad_x tile in
+  shared memory, loads every window reaching it, and adds each gradient at its argmax in barrier-separated phases
+  of windows that share no element (so each element sums its windows in a fixed order);
 - ``gather`` (everything else but the column-sum design's own): each grad_x element sums the windows that can hold it
   (max pooling: those whose saved argmax is this element).
 """
@@ -355,8 +355,8 @@ def gather_tiling(g: Geometry, itemsize: int) -> dict:
 
 
 SCATTER_SMEM_FLOATS = 12 * 1024  # the scatter backward's float32 grad_x tile (48 KB of static shared memory at most)
-SCATTER_HOLD = 6  # windows one scatter thread holds in registers per tile (8 measured ~4% faster on H200 but spills at the
-# 64-register cap on dilated, many-phase windows and on the broadcast grad_y variant; 4: ~4% slower)
+SCATTER_HOLD = 6  # windows one scatter thread holds in registers per tile (8 measured ~4% faster on H200 but spills
+# at the 64-register cap on dilated, many-phase windows and on the broadcast grad_y variant; 4: ~4% slower)
 SCATTER_PHASES_MAX = 27  # barrier-separated phases per tile (3-d stride 1, kernel 3)
 SCATTER_TILE_COST = 2048  # bytes of traffic one tile's fixed cost (barriers, edges, ramp) is worth in the choice
 
