@@ -527,13 +527,30 @@ def _max2d(**kw):
     return pool_problem("max", 2, (2, 3, 11, 12), dict(kernel_size=3, stride=2, padding=1, return_indices=True, **kw))
 
 
+def _max2d_of(dtype: str) -> str:
+    return _max2d().replace("torch.rand(2, 3, 11, 12)", f"torch.rand(2, 3, 11, 12, dtype=torch.{dtype})")
+
+
 @pytest.mark.gpu
-def test_nan_propagates_and_the_last_nan_wins():
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_nan_propagates_and_the_last_nan_wins(dtype):
+    # 2-byte types scan packed pairs and hand an item with a NaN to the float scan: both paths run here
     x = torch.rand(2, 3, 11, 12, device="cuda")
     x[0, 0, 2, 3] = float("nan")
     x[0, 0, 3, 4] = float("nan")  # the same windows: PyTorch keeps the last NaN in scan order
     x[1, 2, :, 5] = float("nan")
-    check_against_pytorch(_max2d(), x)
+    check_against_pytorch(_max2d_of(dtype), x.to(getattr(torch, dtype)))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_signed_zero_ties_keep_pytorchs_element(dtype):
+    # -0.0 == +0.0: the first in scan order is the max, its sign included (assert_close cannot see the sign)
+    x = torch.where(torch.rand(2, 3, 11, 12, device="cuda") < 0.5, -0.0, 0.0).to(getattr(torch, dtype))
+    model, new, _, _ = reference_and_new(_max2d_of(dtype))
+    (ref_v, ref_i), (new_v, new_i) = model(x), new(x)
+    assert torch.signbit(ref_v).any() and not torch.signbit(ref_v).all()
+    assert torch.equal(torch.signbit(new_v), torch.signbit(ref_v)) and torch.equal(new_i, ref_i)
 
 
 @pytest.mark.gpu
@@ -551,7 +568,7 @@ def test_ties_and_minus_inf_pick_pytorchs_element(value):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_half_type_ties_match_pytorch(dtype):
     x = (torch.randint(0, 4, (2, 3, 11, 12), device="cuda").to(getattr(torch, dtype)))  # many ties
-    check_against_pytorch(_max2d().replace("torch.rand(2, 3, 11, 12)", f"torch.rand(2, 3, 11, 12, dtype=torch.{dtype})"), x)
+    check_against_pytorch(_max2d_of(dtype), x)
 
 
 @pytest.mark.gpu

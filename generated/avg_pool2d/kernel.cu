@@ -1,4 +1,4 @@
-// kgen_pool_5fbac379: avg pooling (2-d, float32) forward and backward, specialized by kgen.
+// kgen_pool_996064dd: avg pooling (2-d, float32) forward and backward, specialized by kgen.
 // x [N, 64, 2048, 2048] -> y [N, 64, 186, 186]; computed as a 3-d pool over
 // (D, H, W) = (1, 2048, 2048) -> (1, 186, 186), window (1, 11, 11), stride (1, 11, 11),
 // padding (0, 0, 0), dilation (1, 1, 1); forward design: colsum, backward: colsum.
@@ -167,6 +167,43 @@ __device__ __forceinline__ void store(T* __restrict__ p, const float (&v)[N]) {
 
 __host__ __device__ constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
+// Packed pairs of a 2-byte type: two elements in one 32-bit word, element 0 in the low half (as loaded).
+template <typename T> struct Packed;
+template <> struct Packed<__half> {
+  using P = __half2;
+  static constexpr unsigned kNegInf = 0xfc00fc00u;  // -inf in both halves
+};
+template <> struct Packed<__nv_bfloat16> {
+  using P = __nv_bfloat162;
+  static constexpr unsigned kNegInf = 0xff80ff80u;
+};
+
+template <typename T>
+__device__ __forceinline__ typename Packed<T>::P as_pair(unsigned w) {
+  return *reinterpret_cast<const typename Packed<T>::P*>(&w);
+}
+
+// 0xffff in each half where a > b (ordered: false where either is NaN).
+template <typename T>
+__device__ __forceinline__ unsigned gt_mask(unsigned a, unsigned b) { return __hgt2_mask(as_pair<T>(a), as_pair<T>(b)); }
+
+// Folds w into a NaN-propagating running max: any NaN folded in leaves NaN in that half.
+template <typename T>
+__device__ __forceinline__ unsigned nan_fold(unsigned acc, unsigned w) {
+  const typename Packed<T>::P r = __hmax2_nan(as_pair<T>(acc), as_pair<T>(w));
+  return *reinterpret_cast<const unsigned*>(&r);
+}
+
+template <typename T>
+__device__ __forceinline__ bool has_nan(unsigned w) { return __hneu2_mask(as_pair<T>(w), as_pair<T>(w)) != 0u; }
+
+// Elements i0 (low half) and i1 (high half) of packed words w; the indices are compile-time after unrolling.
+template <int N>
+__device__ __forceinline__ unsigned pair_of(const unsigned (&w)[N], int i0, int i1) {
+  if (i0 % 2 == 0 && i1 == i0 + 1) return w[i0 / 2];
+  return __byte_perm(w[i0 / 2], w[i1 / 2], (i0 % 2 ? 0x32 : 0x10) | ((i1 % 2 ? 0x76 : 0x54) << 8));
+}
+
 }  // namespace pool
 
 namespace {
@@ -254,7 +291,7 @@ __device__ __forceinline__ void accumulate(float (&acc)[F_ROWS][VEC], const floa
 // VEC input columns of every tile and keeps the NEXT tile's F_IN_ROWS loads in flight in registers while the block
 // finishes the current tile, so memory never idles between tiles.
 template <bool WY, bool WI, bool WS>
-__global__ void __launch_bounds__(F_THREADS, 1) kgen_pool_5fbac379_fwd(const T* __restrict__ x, T* __restrict__ y,
+__global__ void __launch_bounds__(F_THREADS, 1) kgen_pool_996064dd_fwd(const T* __restrict__ x, T* __restrict__ y,
                                                             int64_t* __restrict__ idx, OffT* __restrict__ off,
                                                             int64_t tiles) {
   __shared__ float colsum[F_ROWS * F_SPAN];
@@ -314,7 +351,7 @@ static_assert(B_COLS % B_VEC == 0 && W % B_VEC == 0, "vector width must divide t
 static_assert(B_ROWS * B_GW <= 12 * 1024, "gh fits 48 KB of shared memory");
 
 template <bool BCAST>  // BCAST: grad_y is one value broadcast over the output (every stride 0)
-__global__ void __launch_bounds__(B_THREADS, 1024 / B_THREADS) kgen_pool_5fbac379_bwd(const T* __restrict__ gy, const OffT* __restrict__ off,
+__global__ void __launch_bounds__(B_THREADS, 1024 / B_THREADS) kgen_pool_996064dd_bwd(const T* __restrict__ gy, const OffT* __restrict__ off,
                                                             T* __restrict__ gx, int64_t tiles) {
   __shared__ float gh[B_ROWS * B_GW];
   for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
@@ -370,7 +407,7 @@ __global__ void __launch_bounds__(B_THREADS, 1024 / B_THREADS) kgen_pool_5fbac37
 
 // Forward: writes y, int64 indices and saved argmax offsets where their pointers are non-null (the combinations
 // the binding asks for). planes = N * C (C for unbatched input).
-extern "C" cudaError_t kgen_pool_5fbac379_forward(const void* x, void* y, int64_t* indices, void* offsets, int64_t planes,
+extern "C" cudaError_t kgen_pool_996064dd_forward(const void* x, void* y, int64_t* indices, void* offsets, int64_t planes,
                                           cudaStream_t stream) {
   if (planes == 0) return cudaSuccess;
   const T* xt = static_cast<const T*>(x);
@@ -378,14 +415,14 @@ extern "C" cudaError_t kgen_pool_5fbac379_forward(const void* x, void* y, int64_
   OffT* ot = static_cast<OffT*>(offsets);
   const int64_t tiles = planes * F_ROW_TILES * F_COL_TILES;
   static std::atomic<int64_t> resident_cache[kgen::kMaxDevices];
-  void (*kernel)(const T*, T*, int64_t*, OffT*, int64_t) = kgen_pool_5fbac379_fwd<true, false, false>;
+  void (*kernel)(const T*, T*, int64_t*, OffT*, int64_t) = kgen_pool_996064dd_fwd<true, false, false>;
   const int64_t resident = kgen::resident_blocks(kernel, F_THREADS, 0, resident_cache);
   if (resident <= 0) return cudaErrorInvalidConfiguration;
   const unsigned grid = kgen::grid_for(tiles < resident ? tiles : resident);
   constexpr int block = F_THREADS;
   const int64_t work = tiles;
   if (y && !indices && !offsets) {
-    kgen_pool_5fbac379_fwd<true, false, false><<<grid, block, 0, stream>>>(xt, yt, indices, ot, work);
+    kgen_pool_996064dd_fwd<true, false, false><<<grid, block, 0, stream>>>(xt, yt, indices, ot, work);
     return cudaGetLastError();
   }
   return cudaErrorInvalidValue;
@@ -393,7 +430,7 @@ extern "C" cudaError_t kgen_pool_5fbac379_forward(const void* x, void* y, int64_
 
 // Backward: grad_x from grad_y (grad_y_bcast: one value broadcast over the output) and, for max pooling, the saved
 // argmax offsets.
-extern "C" cudaError_t kgen_pool_5fbac379_backward(const void* grad_y, int grad_y_bcast, const void* offsets, void* grad_x,
+extern "C" cudaError_t kgen_pool_996064dd_backward(const void* grad_y, int grad_y_bcast, const void* offsets, void* grad_x,
                                            int64_t planes, cudaStream_t stream) {
   if (planes == 0) return cudaSuccess;
   const T* gyt = static_cast<const T*>(grad_y);
@@ -403,9 +440,9 @@ extern "C" cudaError_t kgen_pool_5fbac379_backward(const void* grad_y, int grad_
   const unsigned grid = kgen::grid_for(work);
   constexpr int block = B_THREADS;
   if (grad_y_bcast) {
-    kgen_pool_5fbac379_bwd<true><<<grid, block, 0, stream>>>(gyt, ot, gxt, work);
+    kgen_pool_996064dd_bwd<true><<<grid, block, 0, stream>>>(gyt, ot, gxt, work);
   } else {
-    kgen_pool_5fbac379_bwd<false><<<grid, block, 0, stream>>>(gyt, ot, gxt, work);
+    kgen_pool_996064dd_bwd<false><<<grid, block, 0, stream>>>(gyt, ot, gxt, work);
   }
   return cudaGetLastError();
 }

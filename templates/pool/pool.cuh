@@ -122,4 +122,41 @@ __device__ __forceinline__ void store(T* __restrict__ p, const float (&v)[N]) {
 
 __host__ __device__ constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
+// Packed pairs of a 2-byte type: two elements in one 32-bit word, element 0 in the low half (as loaded).
+template <typename T> struct Packed;
+template <> struct Packed<__half> {
+  using P = __half2;
+  static constexpr unsigned kNegInf = 0xfc00fc00u;  // -inf in both halves
+};
+template <> struct Packed<__nv_bfloat16> {
+  using P = __nv_bfloat162;
+  static constexpr unsigned kNegInf = 0xff80ff80u;
+};
+
+template <typename T>
+__device__ __forceinline__ typename Packed<T>::P as_pair(unsigned w) {
+  return *reinterpret_cast<const typename Packed<T>::P*>(&w);
+}
+
+// 0xffff in each half where a > b (ordered: false where either is NaN).
+template <typename T>
+__device__ __forceinline__ unsigned gt_mask(unsigned a, unsigned b) { return __hgt2_mask(as_pair<T>(a), as_pair<T>(b)); }
+
+// Folds w into a NaN-propagating running max: any NaN folded in leaves NaN in that half.
+template <typename T>
+__device__ __forceinline__ unsigned nan_fold(unsigned acc, unsigned w) {
+  const typename Packed<T>::P r = __hmax2_nan(as_pair<T>(acc), as_pair<T>(w));
+  return *reinterpret_cast<const unsigned*>(&r);
+}
+
+template <typename T>
+__device__ __forceinline__ bool has_nan(unsigned w) { return __hneu2_mask(as_pair<T>(w), as_pair<T>(w)) != 0u; }
+
+// Elements i0 (low half) and i1 (high half) of packed words w; the indices are compile-time after unrolling.
+template <int N>
+__device__ __forceinline__ unsigned pair_of(const unsigned (&w)[N], int i0, int i1) {
+  if (i0 % 2 == 0 && i1 == i0 + 1) return w[i0 / 2];
+  return __byte_perm(w[i0 / 2], w[i1 / 2], (i0 % 2 ? 0x32 : 0x10) | ((i1 % 2 ? 0x76 : 0x54) << 8));
+}
+
 }  // namespace pool

@@ -65,9 +65,13 @@ def main(argv: list[str] | None = None) -> int:
     warmup, reps = bench.samples(a.quick)
     folder = Path(tempfile.mkdtemp(prefix="kgen_bench_conv_"))
     modes = {"off": [False], "tf32": [True], "both": [False, True]}[a.mode]
+    paths = []
     for name in a.only or list(PROBLEMS):
-        path = folder / f"{name}.py"
-        path.write_text(problem_source(*PROBLEMS[name]))
+        paths.append(folder / f"{name}.py")
+        paths[-1].write_text(problem_source(*PROBLEMS[name]))
+    if a.prebuild:
+        bench.prebuild(paths, a.prebuild)
+    for path in paths:
         for tf32 in modes:
             bench.run(path, warmup=warmup, reps=reps, with_compile=not a.no_compile, csv=a.csv, tf32=tf32)
             print(flush=True)

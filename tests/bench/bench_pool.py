@@ -59,10 +59,13 @@ def main(argv: list[str] | None = None) -> int:
     names = a.only or list(PROBLEMS)
     warmup, reps = bench.samples(a.quick)
     folder = Path(tempfile.mkdtemp(prefix="kgen_bench_pool_"))  # file stems are the problem names above
+    paths = []
     for name in names:
-        module, shape, dtype = PROBLEMS[name]
-        path = folder / f"{name}.py"
-        path.write_text(problem_source(module, shape, dtype))
+        paths.append(folder / f"{name}.py")
+        paths[-1].write_text(problem_source(*PROBLEMS[name]))
+    if a.prebuild:
+        bench.prebuild(paths, a.prebuild)
+    for path in paths:
         bench.run(path, warmup=warmup, reps=reps, with_compile=not a.no_compile, csv=a.csv)
         print(flush=True)
     return 0

@@ -40,6 +40,15 @@ def _window_rh(rh: int):
     return {"window_tiling": f}
 
 
+def _unpacked():
+    orig = pool.window_tiling
+
+    def f(g, isz):
+        t = orig(g, isz)
+        return None if t is None else {**t, "packed": False}
+    return {"window_tiling": f}
+
+
 # label -> attribute overrides of kgen.families.pool (constants or functions)
 VARIANTS = {
     "default": {},
@@ -49,6 +58,8 @@ VARIANTS = {
     "scatter_hold4": {"SCATTER_HOLD": 4},
     "scatter_hold16": {"SCATTER_HOLD": 16},
     "fwd_half16": {"OUT_MAX_HALF": 16},
+    "gather16": {"GATHER_BYTES_HALF": 16},
+    "unpacked": _unpacked(),  # 2-byte max pooling with the float scan (the packed-pair scan's baseline)
     "fwd_minblk1": {"MIN_BLOCKS": {**pool.MIN_BLOCKS, "window": 1, "lanes": 1}},
     "fwd_minblk3": {"MIN_BLOCKS": {**pool.MIN_BLOCKS, "window": 3, "lanes": 3}},
     "fwd_minblk4": {"MIN_BLOCKS": {**pool.MIN_BLOCKS, "window": 4, "lanes": 4}},

@@ -6,9 +6,10 @@
 #   build / build80: every GPU-test extension (FAMILY: one family's), 16 jobs (Hopper path / KGEN_FORCE_SM80=1, each with its own cache)
 #   gpu / gpu80: the GPU tier on that path (GPU_K: a pytest -k expression; note "pool" also matches the
 #     conv2d_avgpool_act_reduce family: the pool family alone is GPU_K="pool and not conv2d"); slow: the full-size tests
-#   percall: tests/device/per_call.py; sweep: SWEEP_N (60) random problems of FAMILY (pool); bench / bench80: the bundled problems
+#   percall: tests/device/per_call.py (PERCALL_FAMILY: one family); sweep: SWEEP_N (60) random problems of FAMILY (pool); bench / bench80: the bundled problems
 #   benchpool (benchpool_nc: without torch.compile): tests/bench/bench_pool.py --quick (POOL_ONLY: names)
-#   benchconv: tests/bench/bench_conv2d_epilogue.py --quick, TF32 off and allowed (BENCH_ONLY: names)
+#   benchconv: tests/bench/bench_conv2d_epilogue.py --quick, TF32 off and allowed (BENCH_ONLY: names); both bench
+#     stages build their problems first, BENCH_JOBS (8) at a time
 #   profile: tests/dev/profile_conv.py per kernel, TF32 off and allowed (PROFILE_ONLY: names, default two)
 #   f64: tests/dev/f64_check.py (F64_ONLY: problem files; default tests/dev/cases/*.py)
 #   variants: tests/dev/pool_variants.py (VARIANT_ONLY: problem names, VARIANTS: variant labels)
@@ -53,13 +54,13 @@ for stage in "$@"; do
     gpu) tier gpu sm90 ;;
     gpu80) tier gpu80 sm80 ;;
     slow) path sm90; run slow 300 python3 -m pytest -q -m "gpu and slow and not multigpu" -p no:cacheprovider tests/ ;;
-    percall) path sm90; run percall ${PERCALL_SECS:-200} python3 tests/device/per_call.py --csv "$OUT/per_call.csv" ;;
+    percall) path sm90; run percall ${PERCALL_SECS:-200} python3 tests/device/per_call.py --csv "$OUT/per_call.csv" ${PERCALL_FAMILY:+--family $PERCALL_FAMILY} ;;
     sweep) path sm90; run sweep ${SWEEP_SECS:-330} python3 tests/dev/sweep.py --gpu --n ${SWEEP_N:-60} --family ${FAMILY:-pool} --seed ${SWEEP_SEED:-7} --jobs ${SWEEP_JOBS:-12} ;;
     bench) path sm90; for p in $BUNDLED; do run "bench_$(basename $p .py)" 150 python3 -m kgen bench "$p" --per-call --csv "$OUT/bench.csv"; done ;;
     bench80) path sm80; for p in $BUNDLED; do run "bench80_$(basename $p .py)" 90 python3 -m kgen bench "$p" --no-compile --per-call --csv "$OUT/bench.csv"; done ;;
-    benchpool) path sm90; run benchpool ${BENCHPOOL_SECS:-420} python3 tests/bench/bench_pool.py --quick --csv "$OUT/bench.csv" ${POOL_ONLY:+--only $POOL_ONLY} ;;
-    benchconv) path sm90; run benchconv ${BENCH_SECS:-420} python3 tests/bench/bench_conv2d_epilogue.py --quick --csv "$OUT/bench.csv" ${BENCH_ONLY:+--only $BENCH_ONLY} ;;
-    benchpool_nc) path sm90; run benchpool 240 python3 tests/bench/bench_pool.py --quick --no-compile --csv "$OUT/bench.csv" ${POOL_ONLY:+--only $POOL_ONLY} ;;
+    benchpool) path sm90; run benchpool ${BENCHPOOL_SECS:-420} python3 tests/bench/bench_pool.py --quick --prebuild ${BENCH_JOBS:-8} --csv "$OUT/bench.csv" ${POOL_ONLY:+--only $POOL_ONLY} ;;
+    benchconv) path sm90; run benchconv ${BENCH_SECS:-420} python3 tests/bench/bench_conv2d_epilogue.py --quick --prebuild ${BENCH_JOBS:-8} --csv "$OUT/bench.csv" ${BENCH_ONLY:+--only $BENCH_ONLY} ;;
+    benchpool_nc) path sm90; run benchpool 240 python3 tests/bench/bench_pool.py --quick --no-compile --prebuild ${BENCH_JOBS:-8} --csv "$OUT/bench.csv" ${POOL_ONLY:+--only $POOL_ONLY} ;;
     f64) path sm90; run f64 ${F64_SECS:-200} python3 tests/dev/f64_check.py ${F64_ONLY:-tests/dev/cases/*.py} ;;
     profilepool) path sm90; run profilepool 200 python3 tests/dev/profile_pool.py ${PROFILE_ONLY:-maxpool2d_k3s2p1_fp16 maxpool2d_k3s2p1 maxpool3d_k3s2p1} ;;
     staged) path sm90; run staged ${STAGED_SECS:-240} python3 tests/dev/pool3d_staged.py --tdo 2 --tho 2 4 ;;

@@ -1,0 +1,94 @@
+"""Hardware counters of kgen's kernels for one training step (and one no-grad forward) of a bench problem, read by
+Nsight Compute (device only; a development harness). Without --child it builds the generated module, then runs
+itself under `ncu` with the profiler range around one forward and one step, printing ncu's per-kernel sections.
+
+Usage (GPU): python tests/dev/ncu_step.py pool|conv NAME [NAME ...] [--tf32] [--sections S ...]
+Names are tests/bench/bench_pool.py's or tests/bench/bench_conv2d_epilogue.py's PROBLEMS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import torch  # noqa: E402
+
+from tests.helpers import generate_module  # noqa: E402
+
+SECTIONS = ["SpeedOfLight", "Occupancy", "LaunchStats", "WarpStateStats", "InstructionStats", "SchedulerStats",
+            "MemoryWorkloadAnalysis"]
+
+
+def problems(family: str) -> dict:
+    if family == "pool":
+        from tests.bench.bench_pool import PROBLEMS, problem_source
+    else:
+        from tests.bench.bench_conv2d_epilogue import PROBLEMS, problem_source
+    return {k: problem_source(*v) for k, v in PROBLEMS.items()}
+
+
+def child(family: str, name: str, tf32: bool) -> None:
+    torch.backends.cudnn.allow_tf32 = tf32
+    source = problems(family)[name]
+    ns = generate_module(source, name)
+    user: dict = {}
+    exec(source, user)
+    model = ns["ModelNew"](*user["get_init_inputs"]()).cuda()
+    x = user["get_inputs"]()[0].cuda().requires_grad_(True)
+    with torch.no_grad():
+        gy = torch.rand_like(model(x))
+
+    def step():
+        x.grad = None
+        model(x).backward(gy)
+    step()
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStart()
+    with torch.no_grad():
+        model(x)
+    step()
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStop()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("family", choices=["pool", "conv"])
+    ap.add_argument("names", nargs="+")
+    ap.add_argument("--tf32", action="store_true")
+    ap.add_argument("--child", action="store_true")
+    ap.add_argument("--sections", nargs="*", default=SECTIONS)
+    a = ap.parse_args()
+    if a.child:
+        child(a.family, a.names[0], a.tf32)
+        return 0
+
+    def build(name: str):  # builds and warms the extension cache outside ncu (nvcc under ncu is slow)
+        return name, subprocess.run([sys.executable, "-c", "from tests.dev.ncu_step import problems; "
+                                     "from tests.helpers import generate_module; "
+                                     f"generate_module(problems({a.family!r})[{name!r}], {name!r})"],
+                                    capture_output=True, text=True)
+    with ThreadPoolExecutor(len(a.names)) as ex:
+        built = dict(ex.map(build, a.names))
+    for name in a.names:
+        if built[name].returncode:
+            print(f"build failed for {name}:\n{built[name].stderr[-3000:]}", flush=True)
+            continue
+        cmd = ["ncu", "--clock-control", "none", "--profile-from-start", "off", "--target-processes", "all",
+               "--print-summary", "none"]
+        for s in a.sections:
+            cmd += ["--section", s]
+        cmd += [sys.executable, __file__, a.family, name, "--child"] + (["--tf32"] if a.tf32 else [])
+        print(f"==== {a.family} {name} tf32={a.tf32}", flush=True)
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        print(r.stdout, r.stderr[-3000:], flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
