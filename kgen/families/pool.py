@@ -333,8 +333,10 @@ def _covering(n_in: int, n_out: int, k: int, s: int, p: int, d: int, adaptive: b
     return max(1, min(n_out, ceil_div(group - 1 + (k - 1) * d + 1, s)))
 
 
-# grad_x bytes per gather thread of a 2-byte type (others: 16): H200, float16 MaxPool2d(3, 2, 1) step 1.022 ms with
-# 16 bytes, 0.978 with 32 (fewer candidate windows per element; the gather is bound by the ALU there, not memory)
+# grad_x bytes per max-pooling gather thread of a 2-byte type (others: 16). H200: float16 MaxPool2d(3, 2, 1) step
+# 1.022 ms with 16 bytes, 0.978 with 32 (fewer candidate windows per element; that gather is bound by the ALU, not
+# memory); but bfloat16 AvgPool3d(2) 0.557 -> 0.843 ms with 32 (fewer threads to hide its latency), so average keeps 16
+GATHER_BYTES_HALF = 32
 GATHER_BYTES_HALF = 32
 ALIGNED_KW_MAX = 8  # the aligned gather unrolls each candidate over its KW taps
 
@@ -348,7 +350,7 @@ def gather_tiling(g: Geometry, itemsize: int) -> dict:
     (_, _, KW), (_, _, SW), (_, _, PW), (_, _, DW) = g.kernel, g.stride, g.padding, g.dilation
     vec = vec_widths(W, itemsize)[0]
     wide = vec * GATHER_BYTES_HALF // 16
-    if itemsize == 2 and vec * itemsize == 16 and W % wide == 0:
+    if g.reduce == "max" and itemsize == 2 and vec * itemsize == 16 and W % wide == 0:
         vec = wide
     cov = [_covering(n, o, k, s, p, d, g.adaptive, grp) for n, o, k, s, p, d, grp in
            zip(g.size, g.out, g.kernel, g.stride, g.padding, g.dilation, (1, 1, vec))]
