@@ -69,7 +69,7 @@ VARIANTS = {
     "fwd_rh1": _window_rh(1),
     "fwd_rh4": _window_rh(4),
     "lanes_out16": {"LANES_OUTPUTS": 16},
-    "lanes_out4": {"LANES_OUTPUTS": 4},
+    "lanes_out8": {"LANES_OUTPUTS": 8},
     "no_lanes": {"lanes_tiling": lambda g, isz: None},
 }
 
