@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch  # noqa: E402
 
-from tests.helpers import generate_module  # noqa: E402
+from tests.dev.profile_pool import training_step  # noqa: E402
 
 SECTIONS = ["SpeedOfLight", "Occupancy", "LaunchStats", "WarpStateStats", "InstructionStats", "SchedulerStats",
             "MemoryWorkloadAnalysis"]
@@ -34,18 +34,7 @@ def problems(family: str) -> dict:
 
 def child(family: str, name: str, tf32: bool) -> None:
     torch.backends.cudnn.allow_tf32 = tf32
-    source = problems(family)[name]
-    ns = generate_module(source, name)
-    user: dict = {}
-    exec(source, user)
-    model = ns["ModelNew"](*user["get_init_inputs"]()).cuda()
-    x = user["get_inputs"]()[0].cuda().requires_grad_(True)
-    with torch.no_grad():
-        gy = torch.rand_like(model(x))
-
-    def step():
-        x.grad = None
-        model(x).backward(gy)
+    model, x, step = training_step(problems(family)[name], name)
     step()
     torch.cuda.synchronize()
     torch.cuda.cudart().cudaProfilerStart()

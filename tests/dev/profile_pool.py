@@ -14,23 +14,29 @@ from tests.dev.profile_conv import print_kernel_times  # noqa: E402
 from tests.helpers import generate_module  # noqa: E402
 
 
+def training_step(source: str, name: str):
+    """(model, x, step): the generated ModelNew of a problem, its input (requires grad), and one training step with a
+    fixed random full-size grad_y (x's gradient is reset each step)."""
+    ns = generate_module(source, name)
+    user: dict = {}
+    exec(source, user)
+    model = ns["ModelNew"](*user["get_init_inputs"]()).cuda()
+    x = user["get_inputs"]()[0].cuda().requires_grad_(True)
+    with torch.no_grad():
+        gy = torch.rand_like(model(x))
+
+    def step():
+        x.grad = None
+        model(x).backward(gy)
+    return model, x, step
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("names", nargs="+", choices=list(PROBLEMS))
     a = ap.parse_args()
     for name in a.names:
-        source = problem_source(*PROBLEMS[name])
-        ns = generate_module(source, name)
-        user: dict = {}
-        exec(source, user)
-        model = ns["ModelNew"]().cuda()
-        x = user["get_inputs"]()[0].cuda().requires_grad_(True)
-        with torch.no_grad():
-            gy = torch.rand_like(model(x))
-
-        def step():
-            x.grad = None
-            model(x).backward(gy)
+        _, _, step = training_step(problem_source(*PROBLEMS[name]), name)
         print_kernel_times(step, f"{name} (random full-size grad_y)", rows=10)
     return 0
 
