@@ -297,6 +297,27 @@ def test_bundled_avg_pool2d_keeps_the_tuned_design():
     assert (t["design"], t["backward"], t["vec"], t["f_rows"], t["f_cols"], t["f_threads"]) == ("colsum", "colsum", 4, 1, 186, 512)
 
 
+def test_dev_variants_still_apply(tmp_path):
+    """tests/dev/pool_variants.py edits template text by exact match and overrides planning names: every variant must
+    still render every benchmark problem (an edit that stopped matching, or a renamed constant, fails here rather than
+    on the device), a template edit must change some rendered kernel, and rendering leaves the templates as they were."""
+    from tests.bench.bench_pool import PROBLEMS, problem_source
+    from tests.dev import pool_variants as pv
+
+    paths = []
+    for name, row in PROBLEMS.items():
+        paths.append(tmp_path / f"{name}.py")
+        paths[-1].write_text(problem_source(*row))
+    default = [pv.generate(p, {})[0].files for p in paths]
+    for label, overrides in pv.VARIANTS.items():
+        missing = [k for k in overrides if k != "TEMPLATES" and not hasattr(pool, k)]
+        assert not missing, f"variant {label} overrides names pool no longer has: {missing}"
+        rendered = [pv.generate(p, overrides)[0].files for p in paths]
+        if "TEMPLATES" in overrides:
+            assert rendered != default, f"variant {label}'s template edits change no benchmark problem's sources"
+    assert [pv.generate(p, {})[0].files for p in paths] == default
+
+
 def test_aligned_gather_visits_every_window_tap_once():
     """The aligned backward's compile-time candidate arithmetic (B_R0, B_NQ, ow_first), replayed over random 1-d
     geometries: every (window, tap) landing on a real element is visited exactly once, by the thread owning it."""

@@ -152,7 +152,7 @@ def patched_templates(edits: dict[str, list[tuple[str, str]]]) -> dict[str, str]
         text = (render.TEMPLATE_DIR / name).read_text()
         for old, new in pairs:
             if text.count(old) != 1:
-                raise SystemExit(f"template edit of {name} matches {text.count(old)} times (must be 1): {old[:80]!r}")
+                raise ValueError(f"template edit of {name} matches {text.count(old)} times (must be 1): {old[:80]!r}")
             text = text.replace(old, new)
         out[name] = text
     return out
