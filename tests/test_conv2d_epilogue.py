@@ -581,6 +581,26 @@ def tf32_round(t: torch.Tensor) -> torch.Tensor:
     return torch.where(torch.isfinite(t), rounded, t)
 
 
+def test_dev_template_edits_still_apply(tmp_path):
+    """tests/dev/variants.py's conv2d_epilogue edits match the templates exactly once and change the rendered kernel of
+    some benchmark problem (an edit that stopped matching fails here, not on the device)."""
+    from tests.bench.bench_conv2d_epilogue import PROBLEMS, problem_source
+    from tests.dev.variants import EDITS, template_edits
+
+    paths = []
+    for name, row in PROBLEMS.items():
+        paths.append(tmp_path / f"{name}.py")
+        paths[-1].write_text(problem_source(*row))
+    default = [emit.generate_problem(load_problem(p), str(p)).files for p in paths]
+    labels = [label for label in EDITS if label.startswith("conv_")]
+    assert labels
+    for label in labels:
+        with template_edits(EDITS[label]):
+            rendered = [emit.generate_problem(load_problem(p), str(p)).files for p in paths]
+        assert rendered != default, f"edit {label} changes no benchmark problem's sources"
+    assert [emit.generate_problem(load_problem(p), str(p)).files for p in paths] == default
+
+
 def test_tf32_round():
     one_ulp = 2.0**-10  # TF32 keeps 10 mantissa bits
     t = torch.tensor([1 + one_ulp / 2, 1 + one_ulp / 2 - 2.0**-23, -(1 + one_ulp / 2), 3.0, 0.0, -0.0,

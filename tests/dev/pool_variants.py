@@ -18,15 +18,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-import jinja2  # noqa: E402
 import torch  # noqa: E402
 
-from kgen import emit, render  # noqa: E402
+from kgen import emit  # noqa: E402
 from kgen.bench import TOLERANCE, copy_bandwidth_gbs, cuda_time_ms  # noqa: E402
 from kgen.families import pool  # noqa: E402
 from kgen.problem import load_problem  # noqa: E402
 from kgen.spec import match  # noqa: E402
 from tests.bench.bench_pool import PROBLEMS, problem_source  # noqa: E402
+from tests.dev.variants import EDITS, template_edits  # noqa: E402
 
 
 def _window_rh(rh: int):
@@ -50,69 +50,6 @@ def _unpacked():
     return {"window_tiling": f}
 
 
-# 64-bit item -> (plane, rest) division only where the item count needs it (a warp-uniform branch per item)
-_PLANE64 = "const int64_t plane = item / {per};"
-_PLANE32 = ("const int64_t plane = items < (1LL << 31) ? static_cast<int64_t>(static_cast<int>(item) / "
-            "static_cast<int>({per})) : item / {per};")
-INDEX32 = {"TEMPLATES": {
-    "pool/backward_gather.cu.j2": [(_PLANE64.format(per="B_PER_PLANE"), _PLANE32.format(per="B_PER_PLANE"))],
-    "pool/forward_window.cu.j2": [(_PLANE64.format(per="F_PER_PLANE"), _PLANE32.format(per="F_PER_PLANE"))],
-    "pool/forward_lanes.cu.j2": [(_PLANE64.format(per="F_PER_PLANE"), _PLANE32.format(per="F_PER_PLANE"))],
-}}
-
-# Max pooling's aligned gather: the first B_VEC / SW candidate windows of a row as one aligned vector load of grad_y
-# and one of offsets where ow_first is a multiple of that count and WO too (float16 MaxPool2d(3, 2, 1): 2 loads
-# instead of 16 per candidate row); the binding then aligns grad_y to 16 bytes as it does x.
-GATHER_VEC = {"TEMPLATES": {
-    "pool/backward_gather.cu.j2": [(
-        """        const int ow_first = (iw0 + B_R0 + PW) / SW;  // exact: SW divides iw0 and B_R0 + PW
-#pragma unroll
-        for (int q = 0; q < B_NQ; ++q) {
-          const int ow = ow_first + q;
-          const bool valid = static_cast<unsigned>(ow) < static_cast<unsigned>(WO);
-          const int owc = valid ? ow : 0;
-          const float gv = BCAST ? g0 : pool::to_float(gyp[orow + owc]);
-{% if reduce == "max" %}
-          // The argmax's tap along W if it lies in this row of the window, else out of [0, KW).
-          const int kw = valid ? static_cast<int>(offp[orow + owc]) - krow * KW : -1;
-""",
-        """        const int ow_first = (iw0 + B_R0 + PW) / SW;  // exact: SW divides iw0 and B_R0 + PW
-{% if reduce == "max" %}
-        constexpr int GQ = B_VEC / SW, SO = static_cast<int>(sizeof(OffT));
-        constexpr bool VQ = !BCAST && ((B_R0 + PW) / SW) % GQ == 0 && WO % GQ == 0 && GQ >= 2 && GQ <= B_NQ &&
-                            (GQ & (GQ - 1)) == 0 && GQ * static_cast<int>(sizeof(T)) <= 16 && GQ * SO <= 16;
-        float gvec[VQ ? GQ : 1] = {};
-        int ovec[VQ ? GQ : 1] = {};
-        if constexpr (VQ) {
-          if (static_cast<unsigned>(ow_first) < static_cast<unsigned>(WO)) {  // the group lies wholly in the row
-            pool::load<T, GQ>(gyp + orow + ow_first, gvec);
-            const pool::Words<GQ * SO> w = pool::load_words<GQ * SO>(offp + orow + ow_first);
-#pragma unroll
-            for (int q = 0; q < GQ; ++q) ovec[q] = static_cast<int>(pool::extract<SO>(w, q));
-          }
-        }
-{% endif %}
-#pragma unroll
-        for (int q = 0; q < B_NQ; ++q) {
-          const int ow = ow_first + q;
-          const bool valid = static_cast<unsigned>(ow) < static_cast<unsigned>(WO);
-          const int owc = valid ? ow : 0;
-{% if reduce == "max" %}
-          const bool fromvec = VQ && q < GQ;
-          const float gv = BCAST ? g0 : fromvec ? gvec[fromvec ? q : 0] : pool::to_float(gyp[orow + owc]);
-          // The argmax's tap along W if it lies in this row of the window, else out of [0, KW).
-          const int kw = valid ? (fromvec ? ovec[fromvec ? q : 0] : static_cast<int>(offp[orow + owc])) - krow * KW : -1;
-{% else %}
-          const float gv = BCAST ? g0 : pool::to_float(gyp[orow + owc]);
-{% endif %}
-{% if reduce == "max" %}
-""")],
-    "pool/binding.cpp.j2": [(
-        """  const at::Tensor grad_y = bcast ? grad_y_in : kgen_glue::check_input(grad_y_in, "grad_y", {{ y_want_cpp }}, kDtype, kProblem);""",
-        """  at::Tensor grad_y = bcast ? grad_y_in : kgen_glue::check_input(grad_y_in, "grad_y", {{ y_want_cpp }}, kDtype, kProblem);
-  if (!bcast && reinterpret_cast<uintptr_t>(grad_y.const_data_ptr()) % 16 != 0) grad_y = grad_y.clone();""")],
-}}
-
 # label -> attribute overrides of kgen.families.pool (constants or functions)
 VARIANTS = {
     "default": {},
@@ -123,14 +60,7 @@ VARIANTS = {
     "scatter_hold16": {"SCATTER_HOLD": 16},
     "fwd_half16": {"OUT_MAX_HALF": 16},
     "gather16": {"GATHER_BYTES_HALF": 16},
-    "index32": INDEX32,
-    "gather_vec": GATHER_VEC,
-    "gather_vec_index32": {"TEMPLATES": {**GATHER_VEC["TEMPLATES"], "pool/backward_gather.cu.j2":
-                           GATHER_VEC["TEMPLATES"]["pool/backward_gather.cu.j2"] +
-                           INDEX32["TEMPLATES"]["pool/backward_gather.cu.j2"],
-                           "pool/forward_window.cu.j2": INDEX32["TEMPLATES"]["pool/forward_window.cu.j2"],
-                           "pool/forward_lanes.cu.j2": INDEX32["TEMPLATES"]["pool/forward_lanes.cu.j2"]}},
-    "unpacked": _unpacked(),  # 2-byte max pooling with the float scan (the packed-pair scan's baseline)
+    **{label: {"TEMPLATES": edits} for label, edits in EDITS.items() if label.startswith("pool_")},  # tests/dev/variants.py
     "fwd_minblk1": {"MIN_BLOCKS": {**pool.MIN_BLOCKS, "window": 1, "lanes": 1}},
     "fwd_minblk3": {"MIN_BLOCKS": {**pool.MIN_BLOCKS, "window": 3, "lanes": 3}},
     "fwd_minblk4": {"MIN_BLOCKS": {**pool.MIN_BLOCKS, "window": 4, "lanes": 4}},
@@ -145,39 +75,21 @@ VARIANTS = {
 }
 
 
-def patched_templates(edits: dict[str, list[tuple[str, str]]]) -> dict[str, str]:
-    """Template sources with each (old, new) edit applied; every `old` must occur exactly once."""
-    out = {}
-    for name, pairs in edits.items():
-        text = (render.TEMPLATE_DIR / name).read_text()
-        for old, new in pairs:
-            if text.count(old) != 1:
-                raise ValueError(f"template edit of {name} matches {text.count(old)} times (must be 1): {old[:80]!r}")
-            text = text.replace(old, new)
-        out[name] = text
-    return out
-
-
 def generate(path: Path, overrides: dict):
     """Generates the problem with `overrides` applied: attributes of kgen.families.pool, and under the key TEMPLATES
-    edits of template sources ({template: [(old, new), ...]}), so template-level changes are timed without copies."""
+    template edits (tests/dev/variants.py), so template-level changes are timed without copies of the templates."""
     overrides = dict(overrides)
     edits = overrides.pop("TEMPLATES", {})
     saved = {k: getattr(pool, k) for k in overrides}
-    env = render.environment()
-    loader = env.loader
     for k, v in overrides.items():
         setattr(pool, k, v)
-    env.loader = jinja2.ChoiceLoader([jinja2.DictLoader(patched_templates(edits)), loader])
-    env.cache.clear()
     try:
-        problem = load_problem(path)
-        gen = emit.generate_problem(problem, str(path))
+        with template_edits(edits):
+            problem = load_problem(path)
+            gen = emit.generate_problem(problem, str(path))
     finally:
         for k, v in saved.items():
             setattr(pool, k, v)
-        env.loader = loader
-        env.cache.clear()
     head = [ln for ln in gen.files["kernel.cu"].splitlines()[:5] if "forward design" in ln]
     return gen, problem, (head[0].split("forward design: ")[-1] if head else "?")
 

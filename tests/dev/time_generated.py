@@ -2,7 +2,8 @@
 template or of kgen itself, rendered here (no GPU needed) from different trees or edits, then timed in one run on
 one card. Each module is first built in parallel (one process each), then checked against the problem's Model
 (forward within 1e-4 of eager, TF32 off; grad_x's misses counted) and timed: forward and training step, back-to-back.
-Usage (GPU): python tests/dev/time_generated.py PROBLEM.py LABEL=model_new.py [LABEL=model_new.py ...] [--tf32]"""
+Usage (GPU): python tests/dev/time_generated.py PROBLEM.py LABEL=model_new.py [LABEL=model_new.py ...] [--tf32]
+A template edit of tests/dev/variants.py renders with `python tests/dev/variants.py PROBLEM.py EDIT OUT_DIR`."""
 
 import argparse
 import sys
