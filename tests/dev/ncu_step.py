@@ -9,6 +9,7 @@ Names are tests/bench/bench_pool.py's or tests/bench/bench_conv2d_epilogue.py's 
 from __future__ import annotations
 
 import argparse
+import re
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -45,6 +46,27 @@ def child(family: str, name: str, tf32: bool) -> None:
     torch.cuda.cudart().cudaProfilerStop()
 
 
+SUMMARY = ["Duration", "Registers Per Thread", "Achieved Occupancy", "DRAM Throughput", "L2 Cache Throughput",
+           "L1/TEX Cache Throughput", "Compute (SM) Throughput", "Issued Warp Per Scheduler", "Executed Instructions"]
+
+
+def summary(report: str) -> str:
+    """One line per profiled kernel of ncu's text report: its name and the SUMMARY metrics (value and unit)."""
+    lines = []
+    for block in re.split(r"\n  (?=\S)", report):
+        head = block.splitlines()[0] if block else ""
+        if "Section:" not in block or "(" not in head:
+            continue
+        name = re.sub(r"\(.*", "", head).strip().split("::")[-1]
+        values = []
+        for key in SUMMARY:
+            m = re.search(r"\n\s+" + re.escape(key) + r"\s+(\S+)\s+([\d,.]+)", block)
+            if m:
+                values.append(f"{key.split(' Per ')[0].split(' Throughput')[0]} {m.group(2)} {m.group(1)}")
+        lines.append(f"{name}: " + "; ".join(values))
+    return "\n".join(lines)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("family", choices=["pool", "conv"])
@@ -76,6 +98,7 @@ def main() -> int:
         print(f"==== {a.family} {name} tf32={a.tf32}", flush=True)
         r = subprocess.run(cmd, capture_output=True, text=True)
         print(r.stdout, r.stderr[-3000:], flush=True)
+        print(f"==== summary: {a.family} {name} tf32={a.tf32}\n{summary(r.stdout)}", flush=True)
     return 0
 
 
