@@ -339,7 +339,6 @@ def _covering(n_in: int, n_out: int, k: int, s: int, p: int, d: int, adaptive: b
 # 1.022 ms with 16 bytes, 0.978 with 32 (fewer candidate windows per element; that gather is bound by the ALU, not
 # memory); but bfloat16 AvgPool3d(2) 0.557 -> 0.843 ms with 32 (fewer threads to hide its latency), so average keeps 16
 GATHER_BYTES_HALF = 32
-GATHER_BYTES_HALF = 32
 ALIGNED_KW_MAX = 8  # the aligned gather unrolls each candidate over its KW taps
 
 
