@@ -19,7 +19,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch  # noqa: E402
 
+from kgen import emit  # noqa: E402
 from tests.dev.profile_pool import training_step  # noqa: E402
+from tests.device.prebuild import build  # noqa: E402
+from tests.helpers import write_generated, write_problem  # noqa: E402
 
 SECTIONS = ["SpeedOfLight", "Occupancy", "LaunchStats", "WarpStateStats", "InstructionStats", "SchedulerStats",
             "MemoryWorkloadAnalysis"]
@@ -79,16 +82,14 @@ def main() -> int:
         child(a.family, a.names[0], a.tf32)
         return 0
 
-    def build(name: str):  # builds and warms the extension cache outside ncu (nvcc under ncu is slow)
-        return name, subprocess.run([sys.executable, "-c", "from tests.dev.ncu_step import problems; "
-                                     "from tests.helpers import generate_module; "
-                                     f"generate_module(problems({a.family!r})[{name!r}], {name!r})"],
-                                    capture_output=True, text=True)
-    with ThreadPoolExecutor(len(a.names)) as ex:
-        built = dict(ex.map(build, a.names))
+    # build and warm the extension cache outside ncu (nvcc under ncu is slow), where the child's generate_module
+    # writes and loads the same module
+    paths = [write_generated(emit.generate(write_problem(problems(a.family)[name], name))) for name in a.names]
+    with ThreadPoolExecutor(len(paths)) as ex:
+        built = {name: (rc, err) for name, (_, _, rc, err) in zip(a.names, ex.map(build, paths))}
     for name in a.names:
-        if built[name].returncode:
-            print(f"build failed for {name}:\n{built[name].stderr[-3000:]}", flush=True)
+        if built[name][0]:
+            print(f"build failed for {name}:\n{built[name][1]}", flush=True)
             continue
         cmd = ["ncu", "--clock-control", "none", "--profile-from-start", "off", "--target-processes", "all",
                "--print-summary", "none"]

@@ -10,7 +10,6 @@ Names are tests/bench/bench_pool.py's PROBLEMS; variants are VARIANTS' labels be
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
@@ -27,6 +26,7 @@ from kgen.problem import load_problem  # noqa: E402
 from kgen.spec import match  # noqa: E402
 from tests.bench.bench_pool import PROBLEMS, problem_source  # noqa: E402
 from tests.dev.variants import EDITS, template_edits  # noqa: E402
+from tests.device.prebuild import build  # noqa: E402
 
 
 def _window_rh(rh: int):
@@ -96,14 +96,10 @@ def generate(path: Path, overrides: dict):
 
 def prebuild(files: list[Path], jobs: int) -> None:
     """Builds the variants' extensions in parallel processes (the timing loop then loads them from the cache)."""
-    def one(f: Path):
-        r = subprocess.run([sys.executable, "-c", f"exec(open({str(f)!r}).read(), {{'__name__': 'prebuild'}})"],
-                           capture_output=True, text=True)
-        return f, r.returncode, r.stderr[-2000:]
     with ThreadPoolExecutor(jobs) as ex:
-        for f, rc, err in ex.map(one, files):
+        for name, _, rc, err in ex.map(build, files):
             if rc:
-                print(f"build failed: {f}\n{err}", flush=True)
+                print(f"build failed: {name}\n{err}", flush=True)
 
 
 def main() -> int:
