@@ -128,6 +128,19 @@ def prebuild(problems: list[Path], jobs: int) -> None:
                       flush=True)
 
 
+def write_problems(prefix: str, sources: dict[str, str], jobs: int = 0) -> list[Path]:
+    """Writes each problem source to a fresh temporary folder as <name>.py (a file's stem names the problem in the
+    tables) and, with jobs > 0, builds their extensions first, jobs at a time (prebuild)."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    paths = []
+    for name, source in sources.items():
+        paths.append(folder / f"{name}.py")
+        paths[-1].write_text(source)
+    if jobs:
+        prebuild(paths, jobs)
+    return paths
+
+
 def run(problem: Path, warmup: int = 5, reps: int = 20, with_compile: bool = True, csv: Path | None = None,
         per_call: bool = False, tf32: bool = False) -> list[dict]:
     """Times eager, torch.compile and kgen on the problem, all with TF32 off (default) or all with cuDNN/matmul TF32

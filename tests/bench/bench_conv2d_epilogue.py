@@ -9,7 +9,6 @@ Usage (GPU): python tests/bench/bench_conv2d_epilogue.py [--quick] [--no-compile
 from __future__ import annotations
 
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -63,14 +62,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mode", choices=("off", "tf32", "both"), default="both", help="TF32 off, allowed, or both")
     a = ap.parse_args(argv)
     warmup, reps = bench.samples(a.quick)
-    folder = Path(tempfile.mkdtemp(prefix="kgen_bench_conv_"))
     modes = {"off": [False], "tf32": [True], "both": [False, True]}[a.mode]
-    paths = []
-    for name in a.only or list(PROBLEMS):
-        paths.append(folder / f"{name}.py")
-        paths[-1].write_text(problem_source(*PROBLEMS[name]))
-    if a.prebuild:
-        bench.prebuild(paths, a.prebuild)
+    paths = bench.write_problems("kgen_bench_conv_", {n: problem_source(*PROBLEMS[n]) for n in a.only or PROBLEMS},
+                                 a.prebuild)
     for path in paths:
         for tf32 in modes:
             bench.run(path, warmup=warmup, reps=reps, with_compile=not a.no_compile, csv=a.csv, tf32=tf32)

@@ -9,7 +9,6 @@ Usage (GPU): python tests/bench/bench_pool.py [--quick] [--no-compile] [--only N
 from __future__ import annotations
 
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -58,13 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     names = a.only or list(PROBLEMS)
     warmup, reps = bench.samples(a.quick)
-    folder = Path(tempfile.mkdtemp(prefix="kgen_bench_pool_"))  # file stems are the problem names above
-    paths = []
-    for name in names:
-        paths.append(folder / f"{name}.py")
-        paths[-1].write_text(problem_source(*PROBLEMS[name]))
-    if a.prebuild:
-        bench.prebuild(paths, a.prebuild)
+    paths = bench.write_problems("kgen_bench_pool_", {n: problem_source(*PROBLEMS[n]) for n in names}, a.prebuild)
     for path in paths:
         bench.run(path, warmup=warmup, reps=reps, with_compile=not a.no_compile, csv=a.csv)
         print(flush=True)
