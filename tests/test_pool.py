@@ -320,10 +320,11 @@ def test_dev_variants_still_apply(tmp_path):
 
 def test_aligned_gather_visits_every_window_tap_once():
     """The aligned backward's compile-time candidate arithmetic (B_R0, B_NQ, ow_first), replayed over random 1-d
-    geometries: every (window, tap) landing on a real element is visited exactly once, by the thread owning it."""
+    geometries: every (window, tap) landing on a real element is visited exactly once, by the thread owning it; where
+    max pooling loads its first B_GQ candidates as one vector, that group never straddles a row's start or end."""
     from kgen.geometry import pool_out_size
 
-    rng, checked = random.Random(0), 0
+    rng, checked, grouped = random.Random(0), 0, 0
     for _ in range(4000):
         k, s, d = rng.randint(1, 8), rng.randint(1, 8), rng.randint(1, 3)
         p = rng.randint(0, ((k - 1) * d + 1) // 2)
@@ -332,12 +333,18 @@ def test_aligned_gather_visits_every_window_tap_once():
             continue
         WO = pool_out_size(W, k, s, p, ceil, d)
         g = pool.Geometry("max", False, (1, 1, W), (1, 1, WO), (1, 1, k), (1, 1, s), (0, 0, p), (1, 1, d))
-        t = pool.gather_tiling(g, rng.choice([1, 2, 4]))
+        t = pool.gather_tiling(g, rng.choice([1, 2, 4]), rng.choice([1, 2]))
         if not t["b_aligned"]:
             continue
-        V, r0, nq, seen = t["b_vec"], t["b_r0"], t["b_nq"], []
+        V, r0, nq, gq, seen = t["b_vec"], t["b_r0"], t["b_nq"], t["b_gq"], []
+        grouped += gq > 0
         for iw0 in range(0, W, V):
             assert (iw0 + r0 + p) % s == 0
+            first = (iw0 + r0 + p) // s
+            if gq:  # the grouped load: candidates first .. first+gq-1 are wholly inside the row or wholly outside it
+                assert 2 <= gq <= nq and first % gq == 0 and V == gq * s
+                assert first + gq <= WO or first >= WO or first < 0
+                assert first >= 0 or first + gq <= 0
             for q in range(nq):
                 ow = (iw0 + r0 + p) // s + q
                 for kk in range(k):
@@ -348,7 +355,7 @@ def test_aligned_gather_visits_every_window_tap_once():
         want = sorted((ow, kk) for ow in range(WO) for kk in range(k) if 0 <= ow * s - p + kk * d < W)
         assert sorted(seen) == want, (k, s, d, p, W, V, ceil)
         checked += 1
-    assert checked > 500
+    assert checked > 500 and grouped > 50, (checked, grouped)
 
 
 def _replay_scatter(g: pool.Geometry, t: dict, offsets: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:

@@ -23,68 +23,8 @@ from kgen import emit, render  # noqa: E402
 from kgen.problem import load_problem  # noqa: E402
 
 # ------------------------------------------------------------------------------------------------ pool family
-# 64-bit item -> (plane, rest) division only where the item count needs it (a warp-uniform branch per item)
-_PLANE64 = "const int64_t plane = item / {per};"
-_PLANE32 = ("const int64_t plane = items < (1LL << 31) ? static_cast<int64_t>(static_cast<int>(item) / "
-            "static_cast<int>({per})) : item / {per};")
-POOL_INDEX32 = {
-    "pool/backward_gather.cu.j2": [(_PLANE64.format(per="B_PER_PLANE"), _PLANE32.format(per="B_PER_PLANE"))],
-    "pool/forward_window.cu.j2": [(_PLANE64.format(per="F_PER_PLANE"), _PLANE32.format(per="F_PER_PLANE"))],
-    "pool/forward_lanes.cu.j2": [(_PLANE64.format(per="F_PER_PLANE"), _PLANE32.format(per="F_PER_PLANE"))],
-}
-
-# Max pooling's aligned gather: the first B_VEC / SW candidate windows of a row as one aligned vector load of grad_y
-# and one of offsets where ow_first is a multiple of that count and WO too (float16 MaxPool2d(3, 2, 1): 2 loads
-# instead of 16 per candidate row); the binding then aligns grad_y to 16 bytes as it does x.
-POOL_GATHER_VEC = {
-    "pool/backward_gather.cu.j2": [(
-        """        const int ow_first = (iw0 + B_R0 + PW) / SW;  // exact: SW divides iw0 and B_R0 + PW
-#pragma unroll
-        for (int q = 0; q < B_NQ; ++q) {
-          const int ow = ow_first + q;
-          const bool valid = static_cast<unsigned>(ow) < static_cast<unsigned>(WO);
-          const int owc = valid ? ow : 0;
-          const float gv = BCAST ? g0 : pool::to_float(gyp[orow + owc]);
-{% if reduce == "max" %}
-          // The argmax's tap along W if it lies in this row of the window, else out of [0, KW).
-          const int kw = valid ? static_cast<int>(offp[orow + owc]) - krow * KW : -1;
-""",
-        """        const int ow_first = (iw0 + B_R0 + PW) / SW;  // exact: SW divides iw0 and B_R0 + PW
-{% if reduce == "max" %}
-        constexpr int GQ = B_VEC / SW, SO = static_cast<int>(sizeof(OffT));
-        constexpr bool VQ = !BCAST && ((B_R0 + PW) / SW) % GQ == 0 && WO % GQ == 0 && GQ >= 2 && GQ <= B_NQ &&
-                            (GQ & (GQ - 1)) == 0 && GQ * static_cast<int>(sizeof(T)) <= 16 && GQ * SO <= 16;
-        float gvec[VQ ? GQ : 1] = {};
-        int ovec[VQ ? GQ : 1] = {};
-        if constexpr (VQ) {
-          if (static_cast<unsigned>(ow_first) < static_cast<unsigned>(WO)) {  // the group lies wholly in the row
-            pool::load<T, GQ>(gyp + orow + ow_first, gvec);
-            const pool::Words<GQ * SO> w = pool::load_words<GQ * SO>(offp + orow + ow_first);
-#pragma unroll
-            for (int q = 0; q < GQ; ++q) ovec[q] = static_cast<int>(pool::extract<SO>(w, q));
-          }
-        }
-{% endif %}
-#pragma unroll
-        for (int q = 0; q < B_NQ; ++q) {
-          const int ow = ow_first + q;
-          const bool valid = static_cast<unsigned>(ow) < static_cast<unsigned>(WO);
-          const int owc = valid ? ow : 0;
-{% if reduce == "max" %}
-          const bool fromvec = VQ && q < GQ;
-          const float gv = BCAST ? g0 : fromvec ? gvec[fromvec ? q : 0] : pool::to_float(gyp[orow + owc]);
-          // The argmax's tap along W if it lies in this row of the window, else out of [0, KW).
-          const int kw = valid ? (fromvec ? ovec[fromvec ? q : 0] : static_cast<int>(offp[orow + owc])) - krow * KW : -1;
-{% else %}
-          const float gv = BCAST ? g0 : pool::to_float(gyp[orow + owc]);
-{% endif %}
-{% if reduce == "max" %}
-""")],
-    "pool/binding.cpp.j2": [(
-        """  const at::Tensor grad_y = bcast ? grad_y_in : kgen_glue::check_input(grad_y_in, "grad_y", {{ y_want_cpp }}, kDtype, kProblem);""",
-        """  at::Tensor grad_y = bcast ? grad_y_in : kgen_glue::check_input(grad_y_in, "grad_y", {{ y_want_cpp }}, kDtype, kProblem);
-  if (!bcast && reinterpret_cast<uintptr_t>(grad_y.const_data_ptr()) % 16 != 0) grad_y = grad_y.clone();""")],
-}
+# None now. Timed and settled (docs/PERFORMANCE.md, tenth session): grouped vector loads in max pooling's aligned
+# gather (shipped: gather_tiling's b_gq) and 32-bit plane division (pool_index32: no gain, 1.071 vs 1.064 ms).
 
 # ------------------------------------------------------------------------------------------ conv2d_epilogue family
 # With TF32 allowed (single-pass mma), the forward and grad_x main loops accumulate on acc directly (no `part` and no
@@ -101,11 +41,6 @@ CONV_NOFLUSH_TF32 = {
 }
 
 EDITS: dict[str, dict[str, list[tuple[str, str]]]] = {
-    "pool_index32": POOL_INDEX32,
-    "pool_gather_vec": POOL_GATHER_VEC,
-    "pool_gather_vec_index32": {**POOL_INDEX32, "pool/backward_gather.cu.j2":
-                                POOL_GATHER_VEC["pool/backward_gather.cu.j2"] + POOL_INDEX32["pool/backward_gather.cu.j2"],
-                                "pool/binding.cpp.j2": POOL_GATHER_VEC["pool/binding.cpp.j2"]},
     "conv_noflush_tf32": CONV_NOFLUSH_TF32,
 }
 
