@@ -137,6 +137,23 @@ _TABLE += [
                                                                           "return x * 2.0"], [], {}),
 ]
 
+# Halo forwards whose first stage reduces over (H, W): inference folds it into the conv kernel (per-CTA partials, then
+# a finishing kernel): the global average (one 8-channel chunk: one shared-memory stage), sum, amax / amin, adaptive
+# max pooling to 1x1, with channel tiles part-filled (12 of 16, 40 of 64), groups and several tiles a plane.
+_TABLE += [
+    ("halo_ci8_k5s2_gelu_global_avg_squeeze", 1, (3, 8, 37, 45), conv(8, 12, 5, stride=2),
+     CONV_IN + ["x = F.gelu(x)", "x = F.adaptive_avg_pool2d(x, 1)", "return x.squeeze()"], [], {}),
+    ("halo_ci16_amax_hw_keepdim_scale_c", 1, (2, 16, 23, 50), conv(16, 40, 3, padding=1),
+     CONV_IN + ["x = torch.amax(x, dim=(-2, -1), keepdim=True)", "return x * self.scale"],
+     ["self.scale = nn.Parameter(torch.rand(out_channels, 1, 1) + 0.5)"], {}),
+    ("halo_groups2_relu_sum_hw", 1, (2, 16, 20, 33), conv(16, 24, 3, groups=2),
+     CONV_IN + ["x = torch.relu(x)", "return x.sum(dim=[2, 3])"], [], {}),
+    ("halo_ci8_tanh_adaptive_max1_flatten", 1, (2, 8, 14, 9), conv(8, 8, 3),
+     CONV_IN + ["x = torch.tanh(x)", "x = F.adaptive_max_pool2d(x, 1)", "return torch.flatten(x, 1)"], [], {}),
+    ("halo_ci8_dil_amin_hw_sub", 1, (2, 8, 40, 70), conv(8, 16, (3, 5), padding=(1, 2), dilation=(1, 2)),
+     CONV_IN + ["x = x.amin(dim=(2, 3))", "return x - 0.5"], [], {}),
+]
+
 # Stride 1 and out channels per group a multiple of 8: grad_x from halo tiles (a convolution of gz with the flipped
 # weights), including padding past the kernel's reach (grad_x's own padding negative), 'same' with one more row / column
 # at the end, groups, dilation and an RGB-like input (3 grad_x columns of 8).
@@ -741,12 +758,35 @@ def check_training_step(model, new, run, shape) -> None:
 
 
 FUSED = ["halo_ci16_avgpool2_divisor_scale_c", "halo_ci8_maxpool_ceil_even_sum", "halo_ci8_small_tanh_maxpool"]
+FUSED_REDUCE = ["halo_ci8_k5s2_gelu_global_avg_squeeze", "halo_ci16_amax_hw_keepdim_scale_c", "halo_groups2_relu_sum_hw",
+                "halo_ci8_tanh_adaptive_max1_flatten", "halo_ci8_dil_amin_hw_sub"]
 
 
 @pytest.mark.parametrize("cid", FUSED)
 def test_pooling_after_a_halo_forward_is_folded_in_for_inference(cid):
     d = fam.derive(_spec(CASE[cid]))
-    assert d["HALO"] is not None and d["FUSED_POOL"] is not None
+    assert d["HALO"] is not None and d["FUSED_POOL"] is not None and d["FUSED_REDUCE"] is None
+
+
+@pytest.mark.parametrize("cid", FUSED_REDUCE)
+def test_a_reduction_over_hw_after_a_halo_forward_is_folded_in_for_inference(cid):
+    """The fold's plan: one partial per spatial tile, whole lane groups per channel, the staged tile within the
+    kernel's shared memory; a single 8-channel chunk takes one shared-memory stage (the 5x5 stride-2 case fits only so)."""
+    spec = _spec(CASE[cid])
+    d = fam.derive(spec)
+    h, f, r = d["HALO"], d["F"], d["FUSED_REDUCE"]
+    assert h is not None and r is not None and d["FUSED_POOL"] is None
+    assert r["TILES"] == h["TILES_H"] * h["TILES_W"] and r["LANES"] * f["BN"] == f["THREADS"]
+    assert r["SMEM_BYTES"] >= max(h["SMEM_BYTES"], f["BN"] * f["BM"] * 4)
+    assert h["STAGES"] == (1 if spec.CI // spec.G == 8 else 2)
+    assert r["PASS"] == {"mean": "SUM", "sum": "SUM", "amax": "MAX", "window_max": "MAX", "amin": "MIN"}[spec.stages[0].op]
+
+
+def test_reductions_not_over_exactly_hw_are_not_folded():
+    for cid in ("mean_keepdim_flatten_bias_c", "maxpool_dilated_ceil_amax_hw_relu", "halo_ci8_maxpool_ceil_even_sum"):
+        assert fam.derive(_spec(CASE[cid]))["FUSED_REDUCE"] is None, cid  # not halo, or pooling first
+    src = CASE["halo_groups2_relu_sum_hw"].replace("x.sum(dim=[2, 3])", "x.sum(dim=[1, 2, 3])")
+    assert fam.derive(_spec(src))["FUSED_REDUCE"] is None
 
 
 DX_HALO = [cid for cid in CASE if cid.startswith("dxhalo_")] + ["halo_ci16_pad1_relu", "halo_ci24_k3x5_dil21_bias_c"]
@@ -789,10 +829,10 @@ def test_backward_kernels_are_chosen_by_shape(cid):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("tf32", [False, True], ids=["tf32_off", "tf32_on"])
-@pytest.mark.parametrize("cid", FUSED)
+@pytest.mark.parametrize("cid", FUSED + FUSED_REDUCE)
 def test_inference_with_pooling_folded_in_matches(cid, tf32):
-    """Without autograd the first pooling stage runs inside the convolution's kernel (training keeps it separate,
-    so the numerics tier, which runs with gradients, does not reach this path)."""
+    """Without autograd the first pooling stage, or a first reduction over (H, W), runs inside the convolution's
+    kernel (training keeps it separate, so the numerics tier, which runs with gradients, does not reach this path)."""
     model, new, shape = setup_problem(CASE[cid])
     x = torch.randn(shape, device="cuda")
     with torch.no_grad():

@@ -351,13 +351,15 @@ def _halo(cin: int, hin: int, win: int, cin_g: int, hout: int, wout: int, cout_g
     in groups of cout_g, kernel k, stride, top / left padding pad (negative: the first output reads from row -pad on),
     dilation; flip: weight tap (kh, kw) is w's (KH-1-kh, KW-1-kw) with its in / out channels swapped (grad_x as a
     convolution of gz). A CTA computes TH x TW output positions of one image; per chunk of HALO_CC input channels it
-    stages the input rows / columns they read and the chunk's weights. None when it would not fit HALO_SMEM_MAX."""
+    stages the input rows / columns they read and the chunk's weights, double-buffered unless there is one chunk
+    (cin_g == HALO_CC: a 5x5 kernel on 8 channels then fits). None when it would not fit HALO_SMEM_MAX."""
     th, tw, hh, hw, hcs = _halo_window(tile["BM"], wout, k, stride, dil, 8)  # an A fragment: 4 channels x 8 positions
-    smem = 2 * (HALO_CC * hcs + k[0] * k[1] * HALO_CC * tile["LDB"]) * 4
+    stages = 1 if cin_g == HALO_CC else 2  # one chunk: nothing to prefetch behind it, so no second buffer
+    smem = stages * (HALO_CC * hcs + k[0] * k[1] * HALO_CC * tile["LDB"]) * 4
     if smem > HALO_SMEM_MAX:
         return None
     return dict(CIN=cin, HIN=hin, WIN=win, CING=cin_g, HOUT=hout, WOUT=wout, COUTG=cout_g, SH=stride[0], SW=stride[1],
-                PH=pad[0], PW=pad[1], FLIP=flip, TH=th, TW=tw, HH=hh, HW=hw, HCS=hcs, CC=HALO_CC, SMEM_BYTES=smem,
+                PH=pad[0], PW=pad[1], FLIP=flip, TH=th, TW=tw, HH=hh, HW=hw, HCS=hcs, CC=HALO_CC, STAGES=stages, SMEM_BYTES=smem,
                 TILES_H=ceil_div(hout, th), TILES_W=ceil_div(wout, tw))
 
 
@@ -432,6 +434,31 @@ def fused_pool(spec: Spec, halo: dict | None, tile: dict) -> dict | None:
     ps = tile["BN"] * halo["TH"] * halo["TW"] * 4  # the CTA's conv outputs, staged for pooling
     return dict(op=st.op, KH=kh, KW=kw, PHO=st.out_shape[2], PWO=st.out_shape[3], divisor=st.divisor or kh * kw,
                 SMEM_BYTES=max(halo["SMEM_BYTES"], ps))
+
+
+FOLD_REDUCE_PASS = {"sum": "SUM", "mean": "SUM", "amax": "MAX", "amin": "MIN", "window_max": "MAX"}
+FOLD_NEUTRAL = {"SUM": "0.0f", "MAX": "-INFINITY", "MIN": "INFINITY"}
+
+
+def fused_reduce(spec: Spec, halo: dict | None, tile: dict) -> dict | None:
+    """Inference (no autograd) through the halo forward with a first stage that reduces over (H, W) folded in: sum,
+    mean, amax, amin, and adaptive avg / max pooling to 1x1 (window_max; inference needs only its value, the maximum
+    with NaN propagating). Each CTA stages its program outputs in shared memory and reduces each channel's TH x TW of
+    them in a fixed order (LANES threads a channel, then a shuffle tree) into one partial per (image, channel, tile);
+    a finishing kernel combines an (image, channel)'s TILES partials in a fixed order and applies the stage's
+    program. The conv output never reaches global memory, and the result is the same bits run to run."""
+    if halo is None or not spec.stages:
+        return None
+    st = spec.stages[0]
+    if st.kind != "reduce" or st.op not in FOLD_REDUCE_PASS or st.dims != (2, 3):
+        return None
+    lanes = tile["THREADS"] // tile["BN"]
+    if tile["THREADS"] % tile["BN"] or lanes > 32 or lanes & (lanes - 1) or (halo["TH"] * halo["TW"]) % lanes:
+        return None
+    ps = tile["BN"] * halo["TH"] * halo["TW"] * 4  # the CTA's program outputs, staged for the reduction
+    fold = FOLD_REDUCE_PASS[st.op]
+    return dict(PASS=fold, NEUTRAL=FOLD_NEUTRAL[fold], MEAN=st.op == "mean", LANES=lanes,
+                TILES=halo["TILES_H"] * halo["TILES_W"], SMEM_BYTES=max(halo["SMEM_BYTES"], ps))
 
 
 def fold_pool_backward(spec: Spec) -> dict | None:
@@ -630,7 +657,7 @@ def derive(spec: Spec) -> dict:
         red_outputs=red_outputs, TAB_MAX=TAB_MAX, DIRECT=direct(s),
         tap_tables=[dict(name="X", entries=tap_table(cig, s, max(BK, tiles["WG"]["BN"]))),
                     dict(name="Y", entries=[] if halo_dx else phase_table)],
-        HALO=halo, HALO_DX=halo_dx, HALO_W=halo_w, FUSED_POOL=fused_pool(s, halo, tiles["F"]), dg_phases=phases, DG_MAX_PIXELS=max(ph["hp"] * ph["wp"] for ph in phases),
+        HALO=halo, HALO_DX=halo_dx, HALO_W=halo_w, FUSED_POOL=fused_pool(s, halo, tiles["F"]), FUSED_REDUCE=fused_reduce(s, halo, tiles["F"]), dg_phases=phases, DG_MAX_PIXELS=max(ph["hp"] * ph["wp"] for ph in phases),
         params=[dict(c=f"p{i}", name=p.name, shape=list(p.shape)) for i, p in enumerate(all_params(s))],
         conv_params=[dict(c=f"p{i}", name=p.name, shape=list(p.shape)) for i, p in enumerate(s.params)],
         stages=stages, NSAVED=nsaved, TAIL_THREADS=TAIL_THREADS, RED_TARGET_BLOCKS=RED_TARGET_BLOCKS, RED_MIN_CHUNK=RED_MIN_CHUNK,
