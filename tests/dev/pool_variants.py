@@ -50,6 +50,14 @@ def _unpacked():
     return {"window_tiling": f}
 
 
+def _ungrouped():
+    orig = pool.gather_tiling
+
+    def f(g, isz, osz):
+        return {**orig(g, isz, osz), "b_gq": 0}
+    return {"gather_tiling": f}
+
+
 # label -> attribute overrides of kgen.families.pool (constants or functions)
 VARIANTS = {
     "default": {},
@@ -60,6 +68,7 @@ VARIANTS = {
     "scatter_hold16": {"SCATTER_HOLD": 16},
     "fwd_half16": {"OUT_MAX_HALF": 16},
     "gather16": {"GATHER_BYTES_HALF": 16},
+    "gather_ungrouped": _ungrouped(),  # one grad_y / offset load per candidate (before b_gq)
     **{label: {"TEMPLATES": edits} for label, edits in EDITS.items() if label.startswith("pool_")},  # tests/dev/variants.py
     "fwd_minblk1": {"MIN_BLOCKS": {**pool.MIN_BLOCKS, "window": 1, "lanes": 1}},
     "fwd_minblk3": {"MIN_BLOCKS": {**pool.MIN_BLOCKS, "window": 3, "lanes": 3}},
