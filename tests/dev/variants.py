@@ -40,8 +40,47 @@ CONV_NOFLUSH_TF32 = {
         ("    flush_acc(acc, part);\n    __syncthreads();", "    if (X3) flush_acc(acc, part);\n    __syncthreads();")],
 }
 
+EDITS_DIR = Path(__file__).resolve().parent / "edits"
+
+
+def diff_edits(text: str) -> dict[str, list[tuple[str, str]]]:
+    """A `git diff` of files under templates/ as (old, new) replacements per template: each hunk's context and
+    removed lines are `old`, its context and added lines `new` (so a hunk must still match its template exactly)."""
+    edits: dict[str, list[tuple[str, str]]] = {}
+    name, old, new = None, [], []
+
+    def flush():
+        if name is not None and (old or new):
+            edits.setdefault(name, []).append(("".join(old), "".join(new)))
+    for line in text.splitlines(keepends=True):
+        if line.startswith("+++ b/templates/"):
+            flush()
+            name, old, new = line[len("+++ b/templates/"):].rstrip("\n"), [], []
+        elif line.startswith(("diff ", "index ", "--- ", "+++ ")):
+            continue
+        elif line.startswith("@@"):
+            flush()
+            old, new = [], []
+        elif line.startswith("-"):
+            old.append(line[1:])
+        elif line.startswith("+"):
+            new.append(line[1:])
+        elif line.startswith(" "):
+            old.append(line[1:])
+            new.append(line[1:])
+        elif line.startswith("\\"):  # "\ No newline at end of file"
+            continue
+    flush()
+    return edits
+
+
+# Larger prepared changes are kept as diffs (tests/dev/edits/NAME.diff, made with `git diff -- templates/...`):
+#   conv_train_fold_pool: the training forward also folds a first non-overlapping pooling stage into the halo
+#     forward (z, the pooled pre-program value and max pooling's winners written there; the conv program's output
+#     never written). Compile-checked (sm_90, no spills; the binding parses), NOT run on a GPU: device time ran out.
 EDITS: dict[str, dict[str, list[tuple[str, str]]]] = {
     "conv_noflush_tf32": CONV_NOFLUSH_TF32,
+    **{f.stem: diff_edits(f.read_text()) for f in sorted(EDITS_DIR.glob("*.diff"))},
 }
 
 

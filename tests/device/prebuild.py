@@ -1,5 +1,6 @@
 """Generate every GPU-test problem and build their extensions in parallel (one process each), so the GPU tests
-then load from the cache. Also exercises concurrent builds. Usage: python tests/device/prebuild.py [JOBS] [FAMILY]"""
+then load from the cache. Also exercises concurrent builds.
+Usage: python tests/device/prebuild.py [JOBS] [FAMILY] [MATCH ...]   (MATCH: only the cases whose id contains one)"""
 
 import subprocess
 import sys
@@ -13,15 +14,17 @@ from kgen import emit  # noqa: E402
 from tests import helpers  # noqa: E402
 
 
-def sources(family: str | None = None):
-    """Every registered family's CASES and HARDENING problem, and the bundled problems (or one family's)."""
+def sources(family: str | None = None, match: list[str] | None = None):
+    """Every registered family's CASES and HARDENING problem, and the bundled problems (or one family's; or, with
+    match, only the CASES whose id contains one of its strings)."""
     from tests.families import all_families
 
     out = []
     for fc in all_families():
         if family in (None, fc.name):
-            out += [(src, None) for _, src in fc.cases] + [(fc.hardening, None)]
-    if family is None:
+            out += [(src, None) for cid, src in fc.cases if not match or any(m in cid for m in match)]
+            out += [] if match else [(fc.hardening, None)]
+    if family is None and not match:
         out += [(p.read_text(), p.stem) for p in sorted(Path("kgen/problems").glob("[!_]*.py"))]
     return out
 
@@ -37,7 +40,7 @@ def main() -> int:
     jobs = int(sys.argv[1]) if len(sys.argv) > 1 else 8
     family = sys.argv[2] if len(sys.argv) > 2 else None
     paths = []
-    for src, name in sources(family):
+    for src, name in sources(family, sys.argv[3:]):
         paths.append(helpers.write_generated(emit.generate(helpers.write_problem(src, name))))
     t0 = time.time()
     with ThreadPoolExecutor(jobs) as ex:
