@@ -698,6 +698,12 @@ def describe(spec: Spec) -> list[str]:
     program = [f"program after the convolution: {spec.program}" if spec.program.nodes else
                ("no program: a lone convolution" if not spec.stages else "no program on the convolution's output")]
     program += _describe_stages(spec)
+    if d["FUSED_POOL"]:
+        program.append("inference folds the first stage (pooling, then its program) into the halo forward: the "
+                       "convolution's output is not written")
+    if d["FUSED_REDUCE"]:
+        program.append(f"inference folds the first stage's reduction over (H, W) into the halo forward: one partial "
+                       f"per (image, channel, {d['FUSED_REDUCE']['TILES']} tiles), combined in a fixed order by a finishing kernel")
     if d["DIRECT"]:
         return program + [
             f"one input channel per group ({spec.G} groups of {d['COG']} out channels, {spec.KH}x{spec.KW} taps): direct",
@@ -706,8 +712,12 @@ def describe(spec: Spec) -> list[str]:
             "grad_w per (channel, image range) block sums reduced in a fixed order, then added over ranges in order.",
             f"Training saves z = conv(x) + bias only when the derived backward reads it ({'it does' if d['needs_z'] else 'it does not'} here).",
         ]
+    h = d["HALO"]
+    how = (f"from halo tiles ({h['TH']}x{h['TW']} positions x {f['BN']} out channels a CTA, the input rows they read "
+           f"staged once per {h['CC']}-channel chunk, {h['STAGES']} buffer(s))" if h else
+           f"an implicit GEMM (positions x {d['COG']} out channels x {d['KTOT']}) per group, {f['BM']}x{f['BN']} CTA tiles")
     return program + [
-        f"forward: implicit GEMM (positions x {d['COG']} out channels x {d['KTOT']}) per group, {f['BM']}x{f['BN']} CTA tiles,",
+        f"forward: {how},",
         "the program applied to the accumulator; 3xTF32 tensor-core math when torch.backends.cudnn.allow_tf32 is off,",
         "one TF32 product per term when it is on (read at each call, as cuDNN). Training saves z = conv(x) + bias only when",
         f"the derived backward reads it ({'it does' if d['needs_z'] else 'it does not'} here).",
