@@ -328,9 +328,13 @@ def _pair(v) -> tuple[int, int]:
     return v if isinstance(v, tuple) else (v, v)
 
 
-def _random_conv(rng: random.Random) -> tuple[tuple[int, int, int, int], dict]:
-    """(input shape, Conv2d kwargs): every argument of the family's scope, output at least 1x1."""
-    if rng.random() < 0.2:  # depthwise, channel multiplier 1..3
+def _random_conv(rng: random.Random, halo: bool = False) -> tuple[tuple[int, int, int, int], dict]:
+    """(input shape, Conv2d kwargs): every argument of the family's scope, output at least 1x1; halo: a shape the
+    halo forward takes (channels per group a multiple of 8, stride within the kernel)."""
+    if halo:
+        groups = rng.choice((1, 1, 2))
+        ci, co = groups * rng.choice((8, 8, 16)), groups * rng.choice((8, 16, 24, 32, 40))
+    elif rng.random() < 0.2:  # depthwise, channel multiplier 1..3
         ci = rng.randint(1, 24)
         groups, co = ci, ci * rng.randint(1, min(3, 72 // ci))
     elif rng.random() < 0.4:  # channels per group in multiples of 8, as most models have (the halo kernels' shapes)
@@ -343,6 +347,8 @@ def _random_conv(rng: random.Random) -> tuple[tuple[int, int, int, int], dict]:
     stride = rng.choice((1, 1, 2, 3)) if rng.random() < 0.8 else (rng.randint(1, 3), rng.randint(1, 3))
     dilation = rng.choice((1, 1, 2, 3)) if rng.random() < 0.85 else (rng.randint(1, 3), rng.randint(1, 3))
     k, s, d = _pair(kernel), _pair(stride), _pair(dilation)
+    if halo and (s[0] > k[0] or s[1] > k[1]):
+        stride = s = (min(s[0], k[0]), min(s[1], k[1]))
     r = rng.random()
     if r < 0.15 and s == (1, 1):
         padding = "same"  # PyTorch takes 'same' only with stride 1; asymmetric for even effective kernels
@@ -374,6 +380,8 @@ def _random_pool(rng: random.Random, v: str) -> str:
     k = rng.randint(1, 3) if rng.random() < 0.7 else (rng.randint(1, 3), rng.randint(1, 3))
     kk = _pair(k)
     args = [repr(k)]
+    if rng.random() < 0.3:  # windows that tile the input (stride = kernel, no padding): a halo forward folds them in
+        return f"F.{kind}_pool2d({v}, {', '.join(args + (['ceil_mode=True'] if rng.random() < 0.2 else []))})"
     if rng.random() < 0.7:
         args.append(f"stride={rng.choice((1, 2, 2, 3))!r}")
     if rng.random() < 0.4:
@@ -404,6 +412,8 @@ def _random_reduction(rng: random.Random, v: str, rank: int) -> tuple[str, int]:
     dims = sorted(rng.sample(range(rank), rng.randint(1, rank)))
     if rng.random() < 0.15:
         dims = [0] if rank > 1 else dims
+    elif rank == 4 and rng.random() < 0.3:  # over (H, W), as a global pool: a halo forward folds it in for inference
+        dims = rng.choice(([2, 3], [-2, -1], [-1, -2]))
     dim = dims[0] if len(dims) == 1 and rng.random() < 0.5 else (tuple(dims) if rng.random() < 0.5 else dims)
     form = rng.choice(("torch.{f}({v}, dim={d!r}, keepdim={k})", "{v}.{f}({d!r}, keepdim={k})", "torch.{f}({v}, {d!r}, {k})"))
     return form.format(f=op, v=v, d=dim, k=keep), rank - (0 if keep else len(dims))
@@ -413,9 +423,22 @@ STAGE_UNARY = ("torch.tanh({v})", "torch.sigmoid({v})", "torch.relu({v})", "{v}.
                "{v} - 0.25", "torch.clamp({v}, -1.0, 1.0)", "F.gelu({v})")
 
 
-def _random_tail(rng: random.Random, forward: list[str], init: list[str]) -> int:
+def _random_fold(rng: random.Random, v: str) -> str:
+    """A first stage that a halo forward folds in: pooling whose windows tile its CTA's block, or a reduction over
+    (H, W) (sum, mean, amax, amin; adaptive avg / max pooling to 1x1)."""
+    if rng.random() < 0.5:
+        k = rng.choice((1, 2, 2, (1, 2), (2, 1), (2, 2)))
+        return f"F.{rng.choice(('avg', 'max'))}_pool2d({v}, {k!r})"
+    if rng.random() < 0.3:
+        return f"F.adaptive_{rng.choice(('avg', 'max'))}_pool2d({v}, 1)"
+    op, dims = rng.choice(("sum", "mean", "amax", "amin")), rng.choice(("(2, 3)", "[-2, -1]", "(-1, -2)"))
+    return f"torch.{op}({v}, dim={dims}, keepdim={rng.random() < 0.5})"
+
+
+def _random_tail(rng: random.Random, forward: list[str], init: list[str], fold: bool = False) -> int:
     """Replaces forward's return with 1..2 stages (pooling, a reduction or a view, each then 0..2 pointwise ops,
-    sometimes with a scalar or per-channel parameter); the number of pointwise ops added."""
+    sometimes with a scalar or per-channel parameter); fold: the first stage is one a halo forward folds in
+    (_random_fold). The number of pointwise ops added."""
     last = forward.pop()
     value = last[len("return "):]
     if value == "self.conv(x)":
@@ -427,7 +450,10 @@ def _random_tail(rng: random.Random, forward: list[str], init: list[str]) -> int
     rank, channels, n_ops = 4, True, 0
     for i in range(1, rng.randint(1, 2) + 1):
         r = rng.random()
-        if rank == 4 and r < 0.45:
+        if fold and i == 1:
+            expr = _random_fold(rng, value)
+            rank, channels = (4, True) if "pool2d" in expr or "keepdim=True" in expr else (2, False)
+        elif rank == 4 and r < 0.45:
             expr = _random_pool(rng, value)
         elif rank >= 2 and r < 0.55:
             expr = rng.choice((f"{value}.flatten(1)", f"torch.flatten({value}, 1)", f"{value}.view({value}.size(0), -1)"))
@@ -482,10 +508,11 @@ def _random_case(rng: random.Random) -> tuple[str, int]:
     """(problem source, number of pointwise ops written): a random conv and program, and about half the time stages
     after it; redrawn until PyTorch takes it (a pooling window may not fit a small conv output)."""
     while True:
-        shape, kw = _random_conv(rng)
+        fold = rng.random() < 0.15  # a halo conv whose first stage inference folds into it
+        shape, kw = _random_conv(rng, halo=fold)
         forward, init, n_ops = _random_program(rng)
-        if rng.random() < 0.5:
-            n_ops += _random_tail(rng, forward, init)
+        if fold or rng.random() < 0.5:
+            n_ops += _random_tail(rng, forward, init, fold)
         source = conv_epilogue_problem(shape, kw, forward, init, fill=rng.choice(("rand", "randn")))
         if _valid(source):
             return source, n_ops
@@ -780,6 +807,14 @@ def test_a_reduction_over_hw_after_a_halo_forward_is_folded_in_for_inference(cid
     assert r["SMEM_BYTES"] >= max(h["SMEM_BYTES"], f["BN"] * f["BM"] * 4)
     assert h["STAGES"] == (1 if spec.CI // spec.G == 8 else 2)
     assert r["PASS"] == {"mean": "SUM", "sum": "SUM", "amax": "MAX", "window_max": "MAX", "amin": "MIN"}[spec.stages[0].op]
+
+
+def test_random_draws_reach_the_folded_first_stages():
+    """The sweep's generator (random_problem) draws halo convolutions whose first stage inference folds in, so the
+    GPU sweeps check those kernels on shapes no table lists."""
+    plans = [fam.derive(_spec(_random_case(random.Random(f"fold:{i}"))[0])) for i in range(80)]
+    assert sum(d["FUSED_POOL"] is not None for d in plans) >= 3
+    assert sum(d["FUSED_REDUCE"] is not None for d in plans) >= 3
 
 
 def test_reductions_not_over_exactly_hw_are_not_folded():
