@@ -177,7 +177,12 @@ def random_problem(rng: random.Random) -> str:
         batched = rng.random() < 0.8
         shape = ((rng.randint(1, 3),) if batched else ()) + (rng.randint(1, 4),) + tuple(size)
         kw: dict = {}
-        if op in ("avg", "max"):
+        if op == "max" and rng.random() < 0.4:  # a CNN's downsampling (k, 2, k // 2) on rows of whole 16-element
+            k = rng.choice((2, 3, 3, 3, 5))     # vectors: the gather's grouped loads (b_gq) in most dtypes
+            size[-1] = 16 * rng.randint(1, 6)
+            shape = shape[:-1] + (size[-1],)
+            kw.update(kernel_size=k, stride=2, padding=k // 2)
+        elif op in ("avg", "max"):
             kmax = 70 if nd == 1 and size[0] >= 100 and rng.random() < 0.5 else 6
             k = [rng.randint(1, max(1, min(kmax, s))) for s in size]
             d = [rng.choice((1, 1, 2, 3)) for _ in size] if op == "max" else [1] * nd
@@ -244,6 +249,14 @@ def _eager_output(source: str):
     with torch.device("meta"):
         x = ns["get_inputs"]()[0]
     return model(torch.rand(tuple(x.shape)))
+
+
+def test_random_draws_reach_the_grouped_gather():
+    """The sweep's generator draws max pooling that the gather's grouped loads (b_gq) serve, in 2-byte and float32
+    types, so GPU sweeps check them on shapes no table lists."""
+    plans = [pool.plan(_spec(random_problem(random.Random(f"grouped:{i}")))[0]) for i in range(200)]
+    grouped = [pl for pl in plans if pl["backward"] == "gather" and pl["bwd_tiling"].get("b_gq")]
+    assert len(grouped) >= 4, len(grouped)
 
 
 @pytest.mark.parametrize("seed", range(60))
