@@ -645,6 +645,20 @@ def test_dev_template_edits_still_apply(tmp_path):
     assert [emit.generate_problem(load_problem(p), str(p)).files for p in paths] == default
 
 
+def test_dev_diff_edits_are_exact_replacements():
+    """tests/dev/variants.py reads a `git diff` of templates as (old, new) pairs: context and removed lines, context
+    and added lines, per hunk and file; a diff touching anything outside templates/ is refused."""
+    from tests.dev.variants import diff_edits
+
+    text = ("diff --git a/templates/f/a.j2 b/templates/f/a.j2\nindex 1..2 100644\n--- a/templates/f/a.j2\n"
+            "+++ b/templates/f/a.j2\n@@ -1,3 +1,3 @@\n keep\n-gone\n+new\n tail\n@@ -9,2 +9,3 @@\n x\n+y\n z\n"
+            "--- a/templates/g.j2\n+++ b/templates/g.j2\n@@ -1 +1 @@\n-1\n+2\n")
+    assert diff_edits(text) == {"f/a.j2": [("keep\ngone\ntail\n", "keep\nnew\ntail\n"), ("x\nz\n", "x\ny\nz\n")],
+                                "g.j2": [("1\n", "2\n")]}
+    with pytest.raises(ValueError, match="templates/ only"):
+        diff_edits("--- a/kgen/x.py\n+++ b/kgen/x.py\n@@ -1 +1 @@\n-a\n+b\n")
+
+
 def test_tf32_round():
     one_ulp = 2.0**-10  # TF32 keeps 10 mantissa bits
     t = torch.tensor([1 + one_ulp / 2, 1 + one_ulp / 2 - 2.0**-23, -(1 + one_ulp / 2), 3.0, 0.0, -0.0,

@@ -53,10 +53,13 @@ def diff_edits(text: str) -> dict[str, list[tuple[str, str]]]:
         if name is not None and (old or new):
             edits.setdefault(name, []).append(("".join(old), "".join(new)))
     for line in text.splitlines(keepends=True):
-        if line.startswith("+++ b/templates/"):
+        if line.startswith("+++ "):  # a file's header: its hunks are edits only under templates/
             flush()
-            name, old, new = line[len("+++ b/templates/"):].rstrip("\n"), [], []
-        elif line.startswith(("diff ", "index ", "--- ", "+++ ")):
+            path = line[len("+++ b/"):].rstrip("\n")
+            if not path.startswith("templates/"):
+                raise ValueError(f"template edits patch templates/ only, not {path}")
+            name, old, new = path[len("templates/"):], [], []
+        elif line.startswith(("diff ", "index ", "--- ")):
             continue
         elif line.startswith("@@"):
             flush()
