@@ -1,4 +1,4 @@
-// kgen_pool_996064dd: torch glue for the avg pooling kernels in kernel.cu (ops under torch.ops.kgen_pool_996064dd).
+// kgen_pool_c3252923: torch glue for the avg pooling kernels in kernel.cu (ops under torch.ops.kgen_pool_c3252923).
 // forward(x) returns the pooled values;. Autograd is registered here, in C++ (the Autograd key).
 // kgen fixed C++ glue helpers (pulled into each rendered binding by Jinja include).
 // Light headers only: torch/library.h, ATen/core, the autograd Function header and torch's pybind casters, not
@@ -122,9 +122,9 @@ inline void check_same_device(const at::Tensor& a, const at::Tensor& b, const ch
 #include <cstdint>
 #include <tuple>
 
-extern "C" cudaError_t kgen_pool_996064dd_forward(const void* x, void* y, int64_t* indices, void* offsets, int64_t planes,
+extern "C" cudaError_t kgen_pool_c3252923_forward(const void* x, void* y, int64_t* indices, void* offsets, int64_t planes,
                                           cudaStream_t stream);
-extern "C" cudaError_t kgen_pool_996064dd_backward(const void* grad_y, int grad_y_bcast, const void* offsets, void* grad_x,
+extern "C" cudaError_t kgen_pool_c3252923_backward(const void* grad_y, int grad_y_bcast, const void* offsets, void* grad_x,
                                            int64_t planes, cudaStream_t stream);
 
 namespace {
@@ -132,21 +132,25 @@ namespace {
 constexpr const char* kProblem = "avg_pool2d";
 constexpr at::ScalarType kDtype = at::kFloat;
 
+// t, or a copy of it where its data is not 16-byte aligned (the kernels' vector loads need that).
+at::Tensor aligned16(const at::Tensor& t) {
+  return reinterpret_cast<uintptr_t>(t.const_data_ptr()) % 16 != 0 ? t.clone() : t;
+}
+
 struct Outputs {
   at::Tensor y, indices, offsets;
 };
 
 // Runs the forward kernel, writing the requested outputs.
 Outputs run_forward(const at::Tensor& x_in, bool values, bool indices, bool offsets) {
-  at::Tensor x = kgen_glue::check_input(x_in, "input x", {-1, 64, 2048, 2048}, kDtype, kProblem);
-  if (reinterpret_cast<uintptr_t>(x.const_data_ptr()) % 16 != 0) x = x.clone();  // vector loads need 16-byte alignment
+  const at::Tensor x = aligned16(kgen_glue::check_input(x_in, "input x", {-1, 64, 2048, 2048}, kDtype, kProblem));
   const c10::cuda::CUDAGuard guard(x.device());
   const int64_t n = x.size(0);
   const int64_t planes = n * 64;
   Outputs o;
   if (values) o.y = at::empty({n, 64, 186, 186}, x.options());
   if (indices) o.indices = at::empty({n, 64, 186, 186}, x.options().dtype(at::kLong));
-  kgen_glue::check_launch(kgen_pool_996064dd_forward(x.const_data_ptr(), values ? o.y.data_ptr() : nullptr,
+  kgen_glue::check_launch(kgen_pool_c3252923_forward(x.const_data_ptr(), values ? o.y.data_ptr() : nullptr,
                                              indices ? o.indices.data_ptr<int64_t>() : nullptr,
                                              offsets ? o.offsets.data_ptr() : nullptr, planes,
                                              c10::cuda::getCurrentCUDAStream().stream()),
@@ -191,7 +195,7 @@ at::Tensor backward(const at::Tensor& grad_y_in) {
   const int64_t n = grad_y.size(0);
   const int64_t planes = n * 64;
   at::Tensor grad_x = at::empty({n, 64, 2048, 2048}, grad_y.options().memory_format(at::MemoryFormat::Contiguous));
-  kgen_glue::check_launch(kgen_pool_996064dd_backward(grad_y.const_data_ptr(), bcast ? 1 : 0,
+  kgen_glue::check_launch(kgen_pool_c3252923_backward(grad_y.const_data_ptr(), bcast ? 1 : 0,
                                               nullptr, grad_x.data_ptr(),
                                               planes, c10::cuda::getCurrentCUDAStream().stream()),
                           "pool backward", kProblem);
@@ -202,12 +206,12 @@ at::Tensor backward(const at::Tensor& grad_y_in) {
 // backward op through the dispatcher (so torch.compile can trace it).
 struct PoolFunction : public torch::autograd::Function<PoolFunction> {
   static at::Tensor forward(kgen_glue::AutogradContext* ctx, const at::Tensor& x) {
-    static const auto op = kgen_glue::typed_op<at::Tensor(const at::Tensor&)>("kgen_pool_996064dd::forward");
+    static const auto op = kgen_glue::typed_op<at::Tensor(const at::Tensor&)>("kgen_pool_c3252923::forward");
     at::AutoDispatchBelowADInplaceOrView below;
     return op.call(x);
   }
   static kgen_glue::variable_list backward(kgen_glue::AutogradContext* ctx, kgen_glue::variable_list grads) {
-    static const auto op = kgen_glue::typed_op<at::Tensor(const at::Tensor&)>("kgen_pool_996064dd::backward");
+    static const auto op = kgen_glue::typed_op<at::Tensor(const at::Tensor&)>("kgen_pool_c3252923::backward");
     return {op.call(grads[0])};
   }
 };
@@ -220,7 +224,7 @@ at::Tensor forward_with_grad(const at::Tensor& x) {
 // bookkeeping).
 at::Tensor forward_autograd(const at::Tensor& x) {
   if (kgen_glue::needs_grad({x})) return forward_with_grad(x);
-  static const auto op = kgen_glue::typed_op<at::Tensor(const at::Tensor&)>("kgen_pool_996064dd::forward");
+  static const auto op = kgen_glue::typed_op<at::Tensor(const at::Tensor&)>("kgen_pool_c3252923::forward");
   at::AutoDispatchBelowADInplaceOrView below;
   return op.call(x);
 }
@@ -233,21 +237,21 @@ at::Tensor forward_fast(const at::Tensor& x) {
 
 }  // namespace
 
-TORCH_LIBRARY(kgen_pool_996064dd, m) {
+TORCH_LIBRARY(kgen_pool_c3252923, m) {
   m.def("forward(Tensor x) -> Tensor");
   m.def("backward(Tensor grad_y) -> Tensor");
 }
 
 // CPU inputs reach the same functions, which reject them with a message saying what to do.
-TORCH_LIBRARY_IMPL(kgen_pool_996064dd, CUDA, m) {
+TORCH_LIBRARY_IMPL(kgen_pool_c3252923, CUDA, m) {
   m.impl("forward", &forward);
   m.impl("backward", &backward);
 }
-TORCH_LIBRARY_IMPL(kgen_pool_996064dd, CPU, m) {
+TORCH_LIBRARY_IMPL(kgen_pool_c3252923, CPU, m) {
   m.impl("forward", &forward);
   m.impl("backward", &backward);
 }
-TORCH_LIBRARY_IMPL(kgen_pool_996064dd, Autograd, m) {
+TORCH_LIBRARY_IMPL(kgen_pool_c3252923, Autograd, m) {
   m.impl("forward", &forward_autograd);
 }
 
