@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # One device call made of named, time-boxed stages; each stage's log goes to $OUT/<stage>.log and its last line(s)
 # to the summary printed at the end. Usage: bash tests/device/stages.sh STAGE [STAGE ...]
-# Stages: import build build80 gpu gpu80 slow percall sweep bench bench80 benchpool benchpool_nc benchconv profile profilepool f64 variants staged
+# Stages: import build build80 gpu gpu80 slow percall sweep bench bench80 benchpool benchpool_nc benchconv profile profilepool f64 variants staged ab ncu
 #   import: kgen generate, then a cold and a warm import of a generated module (tests/device/import_timing.py)
-#   build / build80: every GPU-test extension (FAMILY: one family's), 16 jobs (Hopper path / KGEN_FORCE_SM80=1, each with its own cache)
+#   build / build80: every GPU-test extension (FAMILY: one family's; BUILD_MATCH: only its cases whose id has one of these words), 16 jobs (Hopper path / KGEN_FORCE_SM80=1, each with its own cache)
 #   gpu / gpu80: the GPU tier on that path (GPU_K: a pytest -k expression; note "pool" also matches the
 #     conv2d_avgpool_act_reduce family: the pool family alone is GPU_K="pool and not conv2d"); slow: the full-size tests
 #   percall: tests/device/per_call.py (PERCALL_FAMILY: one family); sweep: SWEEP_N (60) random problems of FAMILY (pool); bench / bench80: the bundled problems
@@ -15,6 +15,8 @@
 #   variants: tests/dev/pool_variants.py (VARIANT_ONLY: problem names, VARIANTS: variant labels)
 #   profilepool: tests/dev/profile_pool.py per kernel (PROFILE_ONLY: bench_pool names, default three max pools)
 #   staged: tests/dev/pool3d_staged.py, the staged separable 3-d max-pool forward against kgen's (docs/notes/pool_plan.md)
+#   ab: tests/dev/time_generated.py on AB_PROBLEM with AB_MODULES ("LABEL=path/model_new.py ..."), TF32 off and allowed
+#   ncu: tests/dev/ncu_step.py $NCU_ARGS (e.g. "conv conv3x3_hardswish_maxpool_mish --tf32")
 # Build first in the same call (or on the same warm machine): the GPU tests then load from the cache. A machine
 # starts bare and goes back 30 s after a call, so every call rebuilds. Measured on an H200 (16 jobs): FAMILY=pool
 # builds in ~110 s, FAMILY=conv2d_epilogue in over 130 s (its 38 extensions); a GPU stage whose builds are not done
@@ -38,7 +40,7 @@ run() {  # name seconds command...
     grep -E "^(FAILED|ERROR|GPU FAIL|BUILD FAIL|RENDER FAIL)| FAILED|cases where" "$OUT/$name.log" | head -20; } | tee -a "$SUMMARY"
 }
 build() {  # log-name path
-  path "$2"; run "$1" ${BUILD_SECS:-260} python3 tests/device/prebuild.py 16 ${FAMILY:-}
+  path "$2"; run "$1" ${BUILD_SECS:-260} python3 tests/device/prebuild.py 16 ${FAMILY:-} ${BUILD_MATCH:-}
 }
 tier() {  # log-name path: the GPU tier except multi-GPU and full-size tests (GPU_K: a pytest -k expression; GPU_FILES: test files, default tests/)
   path "$2"; run "$1" "${GPU_SECS:-330}" python3 -m pytest -v --durations=25 -m "gpu and not multigpu and not slow" \
@@ -63,6 +65,8 @@ for stage in "$@"; do
     benchpool_nc) path sm90; run benchpool 240 python3 tests/bench/bench_pool.py --quick --no-compile --prebuild ${BENCH_JOBS:-8} --csv "$OUT/bench.csv" ${POOL_ONLY:+--only $POOL_ONLY} ;;
     f64) path sm90; run f64 ${F64_SECS:-200} python3 tests/dev/f64_check.py ${F64_ONLY:-tests/dev/cases/*.py} ;;
     profilepool) path sm90; run profilepool 200 python3 tests/dev/profile_pool.py ${PROFILE_ONLY:-maxpool2d_k3s2p1_fp16 maxpool2d_k3s2p1 maxpool3d_k3s2p1} ;;
+    ab) path sm90; for t in "" --tf32; do run "ab$t" ${AB_SECS:-200} python3 tests/dev/time_generated.py $AB_PROBLEM $AB_MODULES $t; done ;;
+    ncu) path sm90; run ncu ${NCU_SECS:-200} python3 tests/dev/ncu_step.py $NCU_ARGS ;;
     staged) path sm90; run staged ${STAGED_SECS:-240} python3 tests/dev/pool3d_staged.py --tdo 2 --tho 2 4 ;;
     variants) path sm90; run variants ${VARIANT_SECS:-400} python3 tests/dev/pool_variants.py ${VARIANT_ONLY:+--only $VARIANT_ONLY} ${VARIANTS:+--variants $VARIANTS} ;;
     profile) path sm90; for t in "" --tf32; do run "profile$t" 240 python3 tests/dev/profile_conv.py $t ${PROFILE_ONLY:-conv3x3_relu_bias conv3x3_hardswish_maxpool_mish}; done ;;
