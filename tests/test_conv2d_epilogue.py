@@ -804,7 +804,7 @@ FUSED_REDUCE = ["halo_ci8_k5s2_gelu_global_avg_squeeze", "halo_ci16_amax_hw_keep
 
 
 @pytest.mark.parametrize("cid", FUSED)
-def test_pooling_after_a_halo_forward_is_folded_in_for_inference(cid):
+def test_pooling_after_a_halo_forward_is_folded_in(cid):
     d = fam.derive(_spec(CASE[cid]))
     assert d["HALO"] is not None and d["FUSED_POOL"] is not None and d["FUSED_REDUCE"] is None
 
@@ -881,7 +881,8 @@ def test_backward_kernels_are_chosen_by_shape(cid):
 @pytest.mark.parametrize("cid", FUSED + FUSED_REDUCE)
 def test_inference_with_pooling_folded_in_matches(cid, tf32):
     """Without autograd the first pooling stage, or a first reduction over (H, W), runs inside the convolution's
-    kernel (training keeps it separate, so the numerics tier, which runs with gradients, does not reach this path)."""
+    kernel. Training folds the pooling too, in the kernel built with SAVE (the numerics tier checks its gradients);
+    a reduction's training forward stays unfused (the numerics tier does not reach its inference fold)."""
     model, new, shape = setup_problem(CASE[cid])
     x = torch.randn(shape, device="cuda")
     with torch.no_grad():
@@ -891,7 +892,7 @@ def test_inference_with_pooling_folded_in_matches(cid, tf32):
         with torch.no_grad():
             poison_cuda_allocator(4 * ref.numel() + 4096)
             out = new(x)
-        train = new(x.clone().requires_grad_(True)).detach()  # the unfused kernels
+        train = new(x.clone().requires_grad_(True)).detach()  # the SAVE kernel (pooling) or the unfused ones (reduction)
     finally:
         torch.backends.cudnn.allow_tf32 = False
     tol = 2e-3 if tf32 else 1e-4

@@ -417,10 +417,11 @@ def halo_w_plan(spec: Spec) -> dict | None:
 
 
 def fused_pool(spec: Spec, halo: dict | None, tile: dict) -> dict | None:
-    """Inference (no autograd) through the halo forward with the first stage folded in, when that stage is avg / max
-    pooling with the window equal to the stride, no padding or dilation, and no partial windows, whose windows fall
-    inside a CTA's TH x TW tile: the conv output then never reaches global memory. Training keeps the stage as its
-    own kernel (its backward reads what the stage saves)."""
+    """The halo forward with the first stage folded in, when that stage is avg / max pooling with the window equal to
+    the stride, no padding or dilation, and no partial windows, whose windows fall inside a CTA's TH x TW tile: the
+    conv program's output then never reaches global memory. Inference and training alike: the training kernel (SAVE)
+    also writes what the backward reads, z = conv + bias where the program's backward needs it, the pooled value
+    before the stage's program and max pooling's winners, as the stage's own kernel would have saved them."""
     if halo is None or not spec.stages:
         return None
     st = spec.stages[0]
@@ -699,8 +700,8 @@ def describe(spec: Spec) -> list[str]:
                ("no program: a lone convolution" if not spec.stages else "no program on the convolution's output")]
     program += _describe_stages(spec)
     if d["FUSED_POOL"]:
-        program.append("inference folds the first stage (pooling, then its program) into the halo forward: the "
-                       "convolution's output is not written")
+        program.append("the halo forward folds the first stage (pooling, then its program) in, for inference and "
+                       "training: the conv program's output is not written (training writes z only where the backward reads it)")
     if d["FUSED_REDUCE"]:
         program.append(f"inference folds the first stage's reduction over (H, W) into the halo forward: one partial "
                        f"per (image, channel, {d['FUSED_REDUCE']['TILES']} tiles), combined in a fixed order by a finishing kernel")

@@ -77,10 +77,9 @@ def diff_edits(text: str) -> dict[str, list[tuple[str, str]]]:
     return edits
 
 
-# Larger prepared changes are kept as diffs (tests/dev/edits/NAME.diff, made with `git diff -- templates/...`):
-#   conv_train_fold_pool: the training forward also folds a first non-overlapping pooling stage into the halo
-#     forward (z, the pooled pre-program value and max pooling's winners written there; the conv program's output
-#     never written). Compile-checked (sm_90, no spills; the binding parses), NOT run on a GPU: device time ran out.
+# Larger prepared changes are kept as diffs (tests/dev/edits/NAME.diff, made with `git diff -- templates/...`).
+# None now: conv_train_fold_pool (the training forward folding a first pooling stage) was timed and shipped in the
+# eleventh session (docs/PERFORMANCE.md).
 EDITS: dict[str, dict[str, list[tuple[str, str]]]] = {
     "conv_noflush_tf32": CONV_NOFLUSH_TF32,
     **{f.stem: diff_edits(f.read_text()) for f in sorted(EDITS_DIR.glob("*.diff"))},
