@@ -43,6 +43,13 @@ def pool_out_shape(sizes: Sequence[int], k: Sequence[int], s: Sequence[int], p: 
     return tuple(pool_out_size(n, *a, ceil_mode, dd) for n, *a, dd in zip(sizes, k, s, p, d))
 
 
+def windows_disjoint(k: Sequence[int], s: Sequence[int], d: Sequence[int]) -> bool:
+    """No input element lies in two pooling windows: in every dimension the stride is at least the window's reach
+    (d * (k - 1) + 1). Sufficient, not necessary (dilated windows can interleave without sharing an element); a
+    backward that gathers may then look at the one window (h + p) // s only."""
+    return all(ss >= dd * (kk - 1) + 1 for kk, ss, dd in zip(k, s, d))
+
+
 def adaptive_start(i: int, out: int, size: int) -> int:
     """First input index of adaptive bin i: floor(i * size / out)."""
     return (i * size) // out

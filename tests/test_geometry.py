@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from kgen.errors import Unsupported
 from kgen.geometry import (adaptive_end, adaptive_max_window, adaptive_start, check_avg_pool3d_input, check_output,
-                           check_pool_args, conv_out_size, pool_out_shape, pool_out_size)
+                           check_pool_args, conv_out_size, pool_out_shape, pool_out_size, windows_disjoint)
 
 SIZES = range(1, 12)
 
@@ -78,6 +78,28 @@ def test_ceil_mode_drops_a_window_starting_in_the_padding(size, k, s, p, d, ceil
     want = F.max_pool1d(torch.zeros(1, 1, size), k, s, p, d, ceil_mode=ceil_mode).shape[-1]
     assert pool_out_size(size, k, s, p, ceil_mode, d) == want
     assert (want - 1) * s < size + p  # the rule itself: the last window starts inside the input or left padding
+
+
+@pytest.mark.parametrize("k,d", [(1, 1), (2, 1), (3, 1), (2, 2), (3, 2), (4, 3)])
+def test_disjoint_windows_hold_each_element_at_most_once(k, d):
+    """windows_disjoint (the conv family's stage backward then reads one window per element) is sound: every element
+    of every size, stride, padding and ceil_mode it accepts lies in at most one window, and that window is
+    (h + p) // s; a stride one short of the reach makes some element shared."""
+    reach = d * (k - 1) + 1
+    for size, s, ceil_mode in itertools.product(range(max(reach - 1, 1), 14), range(1, 7), (False, True)):
+        for p in range(0, min(k // 2, (reach - 1) // 2) + 1):
+            if size + 2 * p < reach:
+                continue
+            out = pool_out_size(size, k, s, p, ceil_mode, d)
+            held = [[o for o in range(out) if any(o * s - p + j * d == h for j in range(k))] for h in range(size)]
+            if windows_disjoint((k,), (s,), (d,)):
+                assert all(len(w) <= 1 for w in held), (size, k, s, p, d)
+                assert all(w == [(h + p) // s] for h, w in enumerate(held) if w), (size, k, s, p, d)
+    if reach > 1:
+        assert not windows_disjoint((k,), (reach - 1,), (d,))
+        out = pool_out_size(3 * reach, k, reach - 1, 0, False, d)
+        held = [sum(o * (reach - 1) + j * d == h for o in range(out) for j in range(k)) for h in range(3 * reach)]
+        assert max(held) == 2
 
 
 @pytest.mark.parametrize("n", range(1, 14))

@@ -38,7 +38,7 @@ import torch.nn as nn
 
 from kgen.errors import Unsupported
 from kgen.family import attr_expr, conv2d_default_init, holder_modules
-from kgen.geometry import ceil_div, conv_out_size, pool_out_size
+from kgen.geometry import ceil_div, conv_out_size, pool_out_size, windows_disjoint
 from kgen.ops import Op, attribute, between, normalize, pointwise_program, where
 from kgen.pointwise import Names, Program, derive_backward, emit_backward, emit_forward
 from kgen.problem import Problem
@@ -569,9 +569,12 @@ def _stage_context(k: int, st: Stage, first: int) -> dict:
     if st.kind == "pool":
         n0 = "n" if st.in_batched else f"{st.in_shape[0]}LL"
         ctx.update(C=st.in_shape[1], H=st.in_shape[2], W=st.in_shape[3], OH=st.out_shape[2], OW=st.out_shape[3],
-                   planes=f"{n0} * {st.in_shape[1]}LL", count_include_pad=st.count_include_pad, divisor=st.divisor)
+                   planes=f"{n0} * {st.in_shape[1]}LL", count_include_pad=st.count_include_pad, divisor=st.divisor,
+                   DISJOINT=False)
         if st.window:
-            ctx.update(zip(("KH", "KW", "SH", "SW", "PH", "PW", "DH", "DW"), st.window))
+            kh, kw, sh, sw, ph, pw, dh, dw = st.window
+            ctx.update(KH=kh, KW=kw, SH=sh, SW=sw, PH=ph, PW=pw, DH=dh, DW=dw,
+                       DISJOINT=windows_disjoint((kh, kw), (sh, sw), (dh, dw)))
     elif st.kind == "reduce":
         shape, rank = st.in_shape, len(st.in_shape)
         kept = [d for d in range(rank) if d not in st.dims]
