@@ -929,9 +929,15 @@ def test_bad_input_names_what_is_wrong(bad):
 def test_one_input_channel_per_group_takes_the_direct_kernels(cid, direct):
     """Depthwise and one-channel-input convolutions reduce over only the taps: direct kernels, not GEMM tiles."""
     spec = _spec(CASE[cid])
-    assert fam.derive(spec)["DIRECT"] is direct and (spec.CI // spec.G == 1) is direct
+    plan = fam.derive(spec)["DIRECT"]
+    assert (plan is not None) is direct and (spec.CI // spec.G == 1) is direct
     src = emit.generate(write_problem(CASE[cid])).files["kernel.cu"]
     assert ("direct_forward<<<" in src) is direct
+    if direct:  # strips of RO output rows split HO evenly: the last one is not mostly idle
+        ro, strips = plan["RO"], plan["STRIPS"]
+        assert ro <= fam.DIRECT_ROWS_OUT and strips == -(-spec.HO // ro) and (strips - 1) * ro < spec.HO
+        assert strips == -(-spec.HO // fam.DIRECT_ROWS_OUT) and strips * ro - spec.HO < strips
+        assert plan["ROWS"] == (ro - 1) * spec.SH + (spec.KH - 1) * spec.DH + 1
 
 
 @pytest.mark.parametrize("init,expr", [

@@ -53,6 +53,7 @@ WG_TARGET_CTAS = 1024  # grad_w: split (n, oh, ow) until about this many CTAs ru
 WG_MIN_CHUNK = 256  # ... but never below this many (n, oh, ow) values per split
 EB_TARGET_BLOCKS = 1024  # the adjoint kernel: about this many (channel, image range) blocks
 DIRECT_TAPS_MAX = 49  # one input channel per group and at most this many taps: the direct kernels (registers per tap)
+DIRECT_ROWS_OUT = 8  # output rows per thread of the direct forward (one load of each input row serves them all)
 TAB_MAX = 4096  # tap tables (8 bytes a tap, two per module) up to this many taps live in constant memory
 
 
@@ -472,10 +473,16 @@ def fold_pool_backward(spec: Spec) -> dict | None:
     return dict(OH=st.out_shape[2], OW=st.out_shape[3])
 
 
-def direct(spec: Spec) -> bool:
+def direct(spec: Spec) -> dict | None:
     """Direct kernels (float32 FMA per output, input gradient and weight tap) instead of GEMMs: one input channel per
-    group (depthwise, or a one-channel input), where the GEMM's reduction would be only the KH*KW taps."""
-    return spec.CI // spec.G == 1 and spec.KH * spec.KW <= DIRECT_TAPS_MAX
+    group (depthwise, or a one-channel input), where the GEMM's reduction would be only the KH*KW taps. The forward
+    gives each thread a strip of RO output rows of one column (at most DIRECT_ROWS_OUT, split evenly over HO), which
+    reads its ROWS input rows once each."""
+    if spec.CI // spec.G != 1 or spec.KH * spec.KW > DIRECT_TAPS_MAX:
+        return None
+    strips = ceil_div(spec.HO, DIRECT_ROWS_OUT)
+    ro = ceil_div(spec.HO, strips)
+    return dict(RO=ro, ROWS=(ro - 1) * spec.SH + (spec.KH - 1) * spec.DH + 1, STRIPS=ceil_div(spec.HO, ro))
 
 
 def tap_table(channels: int, spec: Spec, tile_k: int) -> list[tuple[int, int]]:
@@ -712,7 +719,8 @@ def describe(spec: Spec) -> list[str]:
         return program + [
             f"one input channel per group ({spec.G} groups of {d['COG']} out channels, {spec.KH}x{spec.KW} taps): direct",
             "kernels with float32 FMAs (a GEMM's reduction would be only the taps), in both TF32 modes as cuDNN's depthwise",
-            "kernels: forward one thread per output with the program applied; grad_x one thread per input element;",
+            f"kernels: forward {d['DIRECT']['RO']} output rows of a column per thread (each input row read once), the "
+            "program applied; grad_x one thread per input element;",
             "grad_w per (channel, image range) block sums reduced in a fixed order, then added over ranges in order.",
             f"Training saves z = conv(x) + bias only when the derived backward reads it ({'it does' if d['needs_z'] else 'it does not'} here).",
         ]
