@@ -77,9 +77,14 @@ def diff_edits(text: str) -> dict[str, list[tuple[str, str]]]:
     return edits
 
 
-# Larger prepared changes are kept as diffs (tests/dev/edits/NAME.diff, made with `git diff -- templates/...`).
-# None now: conv_train_fold_pool (the training forward folding a first pooling stage) was timed and shipped in the
-# eleventh session (docs/PERFORMANCE.md).
+# Larger prepared changes are kept as diffs (tests/dev/edits/NAME.diff, made with `git diff -- templates/...`):
+#   conv_wgrad_vec_gz: grad_w's halo kernel copies gz rows in 8- or 16-byte cp.async where WO allows (2 or 4
+#     positions a copy; a run-time alignment check keeps the scalar loop for a misaligned gz). Its loader issued one
+#     cp.async with its index math per float: 32 of a thread's 38 copies per tile in the relu + bias problem, whose
+#     grad_w runs at 35 warp instructions per mma.sync (Nsight, H200, eleventh session). Compile-checked (sm_80 /
+#     sm_90, no spills; registers 109 -> 117 TF32, 118 -> 128 3xTF32), NOT run on a GPU: device time ran out.
+#   (conv_train_fold_pool, the training forward folding a first pooling stage, was timed and shipped in the eleventh
+#   session: docs/PERFORMANCE.md.)
 EDITS: dict[str, dict[str, list[tuple[str, str]]]] = {
     "conv_noflush_tf32": CONV_NOFLUSH_TF32,
     **{f.stem: diff_edits(f.read_text()) for f in sorted(EDITS_DIR.glob("*.diff"))},
