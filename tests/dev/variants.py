@@ -52,14 +52,16 @@ CONV_HALO_UNROLL_TF32 = {
         ("#pragma unroll 1\n    for (int tap = 0; tap < KK; ++tap) {", "#pragma unroll (X3 ? 1 : KK)\n    for (int tap = 0; tap < KK; ++tap) {")],
 }
 
-# With TF32 allowed, grad_w's halo kernel unrolls its k steps by 4 (they were one at a time, to keep one step's
-# fragments live): the per-step fragment addresses, recomputed from the thread index every step, become immediates.
-# PTX of the relu + bias problem's grad_w: 21.4 instructions per mma.sync over the blocks holding them -> 11.5
-# (unrolled fully: 8.6, at 128 registers); registers 109 -> 121 on sm_90. Nsight (eleventh session, H200): 35 warp
-# instructions per mma.sync, 2.15 ms of the 5.85 ms step. Compile-checked only; not run on a GPU.
+# With TF32 allowed and one tap group (KK <= 9: the taps are compile-time), grad_w's halo kernel unrolls its k steps
+# by 4 (they were one at a time, to keep one step's fragments live): the per-step fragment addresses, recomputed from
+# the thread index every step, become immediates. PTX of the relu + bias problem's grad_w: 21.4 instructions per
+# mma.sync over the blocks holding them -> 11.5 (unrolled fully: 8.6, at 128 registers); registers 109 -> 121 on
+# sm_90. With three tap groups (5x5 kernels) even an unroll by 2 spilled (their rolled kernel holds 117-120).
+# Nsight (eleventh session, H200): 35 warp instructions per mma.sync, 2.15 ms of the 5.85 ms step. Compile-checked
+# with the other two prepared edits on six halo cases (sm_80 / sm_90, no spills); not run on a GPU.
 CONV_WGRAD_UNROLL_TF32 = {
     "conv2d_epilogue/grad_w.cu.j2": [
-        ("#pragma unroll 1\n      for (int j = 0; j < KSTEPS; ++j) {", "#pragma unroll (X3 ? 1 : 4)\n      for (int j = 0; j < KSTEPS; ++j) {")],
+        ("#pragma unroll 1\n      for (int j = 0; j < KSTEPS; ++j) {", "#pragma unroll (X3 || TGROUPS > 1 ? 1 : 4)\n      for (int j = 0; j < KSTEPS; ++j) {")],
 }
 
 EDITS_DIR = Path(__file__).resolve().parent / "edits"
