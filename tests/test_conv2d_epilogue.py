@@ -805,8 +805,16 @@ FUSED_REDUCE = ["halo_ci8_k5s2_gelu_global_avg_squeeze", "halo_ci16_amax_hw_keep
 
 @pytest.mark.parametrize("cid", FUSED)
 def test_pooling_after_a_halo_forward_is_folded_in(cid):
+    """For inference and training: the binding takes the folded path either way, and the kernel has both the
+    instantiation that writes z, the pre-program value and the winners (SAVE) and the one that does not."""
     d = fam.derive(_spec(CASE[cid]))
     assert d["HALO"] is not None and d["FUSED_POOL"] is not None and d["FUSED_REDUCE"] is None
+    files = emit.generate(write_problem(CASE[cid])).files
+    for tf32 in ("false", "true"):
+        for save in ("false", "true"):
+            assert f"conv_forward_halo<{tf32}, true, {save}><<<" in files["kernel.cu"]
+    run_forward = files["binding.cpp"].split("run_forward(")[1].split("\n}\n")[0]
+    assert "_forward_pooled(" in run_forward and "_forward(c.x" not in run_forward  # no unfused path left
 
 
 @pytest.mark.parametrize("cid", FUSED_REDUCE)
