@@ -70,17 +70,23 @@ def torch_include_flags(stub: Path) -> list[str]:
     return flags + [f"-I{CUDA_INCLUDE}"]
 
 
-def one_per_family():
+def binding_forms():
+    """One case per family and per form of its binding: which launchers it declares (stage numbers aside) and whether
+    a folded forward is inference-only, so that every branch of a binding template is parsed, not only the first
+    case's."""
     seen, out = set(), []
     for label, gen in CASES:
-        if gen.family not in seen:
-            seen.add(gen.family)
+        text = gen.files["binding.cpp"]
+        launchers = re.findall(r'extern "C" cudaError_t ' + gen.name + r'_(\w+)\(', text)
+        form = (gen.family, frozenset(re.sub(r"^s\d+_", "s_", f) for f in launchers), "if (!save)" in text)
+        if form not in seen:
+            seen.add(form)
             out.append((label, gen))
     return out
 
 
 @pytest.mark.skipif(CXX is None or CUDA_INCLUDE is None, reason="g++ and the CUDA headers are needed")
-@pytest.mark.parametrize("label,gen", one_per_family(), ids=[c[0] for c in one_per_family()])
+@pytest.mark.parametrize("label,gen", binding_forms(), ids=[c[0] for c in binding_forms()])
 def test_binding_parses_against_torch_headers(tmp_path, label, gen):
     src = tmp_path / "binding.cpp"
     src.write_text(gen.files["binding.cpp"])
