@@ -815,6 +815,8 @@ def test_pooling_after_a_halo_forward_is_folded_in(cid):
             assert f"conv_forward_halo<{tf32}, true, {save}><<<" in files["kernel.cu"]
     run_forward = files["binding.cpp"].split("run_forward(")[1].split("\n}\n")[0]
     assert "_forward_pooled(" in run_forward and "_forward(c.x" not in run_forward  # no unfused path left
+    assert "_forward(const float* x" not in files["kernel.cu"] + files["binding.cpp"]  # nor its launcher and kernels
+    assert "conv_forward_halo<true, false, false>" not in files["kernel.cu"]
 
 
 @pytest.mark.parametrize("cid", FUSED_REDUCE)
