@@ -165,6 +165,8 @@ _TABLE += [
      CONV_IN + ["return F.gelu(x)"], [], {}),
     ("dxhalo_ci16_co24_k5_no_bias_maxpool_sum", 0, (2, 16, 26, 33), conv(16, 24, 5, padding=1, bias=False),
      CONV_IN + ["x = F.max_pool2d(x, 3, stride=2)", "return x.sum(dim=(2, 3))"], [], {}),
+    # a lone conv whose grad_w (halo tiles) reads the incoming gradient itself, 4 floats a copy where it is aligned
+    ("halo_lone_ci8_wo16", 0, (2, 8, 11, 18), conv(8, 16, 3), ["return self.conv(x)"], [], {}),
 ]
 
 # After the convolution's program: 2-d pooling, reductions and views, each followed by a program (issue 9's stages).
@@ -817,6 +819,43 @@ def test_pooling_after_a_halo_forward_is_folded_in(cid):
     assert "_forward_pooled(" in run_forward and "_forward(c.x" not in run_forward  # no unfused path left
     assert "_forward(const float* x" not in files["kernel.cu"] + files["binding.cpp"]  # nor its launcher and kernels
     assert "conv_forward_halo<true, false, false>" not in files["kernel.cu"]
+
+
+def test_grad_w_copies_gz_in_vectors_where_aligned():
+    """grad_w's halo kernel copies gz GZV floats a cp.async (WO % GZV == 0): only that width where gz is kgen's own
+    workspace, and the one-float kernel beside it where gz is the incoming gradient, whose alignment is the caller's."""
+    for cid, vecs in (("halo_lone_ci8_wo16", [4, 1]), ("buffer_1c11_mul_silu", [4]), ("lone_conv", [1]),
+                      ("halo_ci16_pad1_relu", [1])):
+        d = fam.derive(_spec(CASE[cid]))
+        assert d["HALO_W"]["GZ_VECS"] == vecs, cid
+        launch = emit.generate(write_problem(CASE[cid])).files["kernel.cu"]
+        for v in (1, 2, 4):
+            assert (f"conv_grad_w_halo<false, {v}><<<" in launch) == (v in vecs), (cid, v)
+
+
+@pytest.mark.gpu
+def test_grad_w_takes_a_misaligned_incoming_gradient():
+    """A lone conv's grad_w reads gy itself: one that starts 4 bytes past an aligned address takes the one-float
+    copies and gives the same bits as an aligned copy of it (TF32 off and allowed), within 1e-4 of PyTorch (off)."""
+    model, new, shape = setup_problem(CASE["halo_lone_ci8_wo16"])
+    x = torch.randn(shape, device="cuda")
+    y = model(x)
+    g = torch.randn(y.numel() + 1, device="cuda")[1:].view(y.shape)
+    assert g.data_ptr() % 16 == 4 and g.is_contiguous()
+
+    def grad_w(gy):
+        new.zero_grad(set_to_none=True)
+        new(x).backward(gy)
+        return new.conv.weight.grad.clone()
+    for tf32 in (True, False):
+        torch.backends.cudnn.allow_tf32 = tf32
+        try:
+            misaligned, aligned = grad_w(g), grad_w(g.clone())
+        finally:
+            torch.backends.cudnn.allow_tf32 = False
+        assert torch.equal(misaligned, aligned), f"allow_tf32={tf32}"
+    model(x).backward(g)
+    torch.testing.assert_close(misaligned, model.conv.weight.grad, atol=1e-4, rtol=1e-4)
 
 
 @pytest.mark.parametrize("cid", FUSED_REDUCE)

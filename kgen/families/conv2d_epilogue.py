@@ -359,9 +359,12 @@ def _halo(cin: int, hin: int, win: int, cin_g: int, hout: int, wout: int, cout_g
     smem = stages * (HALO_CC * hcs + k[0] * k[1] * HALO_CC * tile["LDB"]) * 4
     if smem > HALO_SMEM_MAX:
         return None
+    # TAP_UNROLL: taps unrolled with TF32 allowed (single-pass mma), all of them: each tap's shared-memory offsets
+    # become immediates (PTX of the relu + bias forward: 58 instructions per tap for 8 mma.sync -> 4.97 per mma.sync);
+    # the 3xTF32 path keeps its taps rolled (registers)
     return dict(CIN=cin, HIN=hin, WIN=win, CING=cin_g, HOUT=hout, WOUT=wout, COUTG=cout_g, SH=stride[0], SW=stride[1],
                 PH=pad[0], PW=pad[1], FLIP=flip, TH=th, TW=tw, HH=hh, HW=hw, HCS=hcs, CC=HALO_CC, STAGES=stages, SMEM_BYTES=smem,
-                TILES_H=ceil_div(hout, th), TILES_W=ceil_div(wout, tw))
+                TILES_H=ceil_div(hout, th), TILES_W=ceil_div(wout, tw), TAP_UNROLL=k[0] * k[1])
 
 
 def halo_plan(spec: Spec, tile: dict) -> dict | None:
@@ -412,7 +415,15 @@ def halo_w_plan(spec: Spec) -> dict | None:
     smem = max(2 * stage, red) * 4
     if smem > HALO_SMEM_MAX:
         return None
+    # gz positions a cp.async copies (4, 2 or 1): WO % GZV == 0 keeps a copy inside one row of the plane or all past
+    # its right edge; TW, LDP and the stage size keep it aligned in shared memory
+    gzv = next(v for v in (4, 2, 1) if s.WO % v == 0 and tw % v == 0 and ldp % v == 0 and stage % v == 0)
+    # k steps unrolled with TF32 allowed: with one tap group the unrolled steps' fragment addresses are immediates.
+    # H200, relu + bias step (TF32): rolled 5.190 ms, by 2 5.124, by 4 5.071; by 4 spilled 36-40 bytes where gz is
+    # copied one float at a time (stride 2, WO 13), and with several tap groups (5x5 kernels) even 2 spilled
+    unroll = 2 if tg == 1 else 1
     return dict(BM=bm, WARPS_M=wm, WARPS_K=HALO_W_WARPS // wm, THREADS=32 * HALO_W_WARPS, NT=nt, TGROUPS=tg,
+                GZV=gzv, UNROLL_TF32=unroll,
                 TH=th, TW=tw, HH=hh, HW=hw, HCS=hcs, LDP=ldp, CC=HALO_CC, MTILES=ceil_div(cog, bm),
                 NCH=ceil_div(cig, HALO_CC), TILES_H=ceil_div(s.HO, th), TILES_W=ceil_div(s.WO, tw), SMEM_BYTES=smem)
 
@@ -434,8 +445,10 @@ def fused_pool(spec: Spec, halo: dict | None, tile: dict) -> dict | None:
     if st.ceil_mode and (spec.HO % kh or spec.WO % kw):
         return None
     ps = tile["BN"] * halo["TH"] * halo["TW"] * 4  # the CTA's conv outputs, staged for pooling
+    # the folded kernel unrolls one row of taps at a time with TF32 allowed: all of them spilled on sm_80 (its pooling
+    # epilogue holds registers of its own)
     return dict(op=st.op, KH=kh, KW=kw, PHO=st.out_shape[2], PWO=st.out_shape[3], divisor=st.divisor or kh * kw,
-                SMEM_BYTES=max(halo["SMEM_BYTES"], ps))
+                SMEM_BYTES=max(halo["SMEM_BYTES"], ps), TAP_UNROLL=spec.KW)
 
 
 FOLD_REDUCE_PASS = {"sum": "SUM", "mean": "SUM", "amax": "MAX", "amin": "MIN", "window_max": "MAX"}
@@ -460,7 +473,7 @@ def fused_reduce(spec: Spec, halo: dict | None, tile: dict) -> dict | None:
     ps = tile["BN"] * halo["TH"] * halo["TW"] * 4  # the CTA's program outputs, staged for the reduction
     fold = FOLD_REDUCE_PASS[st.op]
     return dict(PASS=fold, NEUTRAL=FOLD_NEUTRAL[fold], MEAN=st.op == "mean", LANES=lanes,
-                TILES=halo["TILES_H"] * halo["TILES_W"], SMEM_BYTES=max(halo["SMEM_BYTES"], ps))
+                TILES=halo["TILES_H"] * halo["TILES_W"], SMEM_BYTES=max(halo["SMEM_BYTES"], ps), TAP_UNROLL=spec.KW)
 
 
 def fold_pool_backward(spec: Spec) -> dict | None:
@@ -655,6 +668,10 @@ def derive(spec: Spec) -> dict:
         stages.append(ctx)
         first += len(st.params)
     fold = fold_pool_backward(s)
+    write_gz = bool(s.program.live()) or fold is not None  # gz in kgen's workspace; else grad_w reads the incoming gy
+    if halo_w is not None:
+        # grad_w's gz copy widths to instantiate: GZV, and one float a copy where gz may be gy at any alignment
+        halo_w["GZ_VECS"] = sorted({halo_w["GZV"], 1 if not write_gz else halo_w["GZV"]}, reverse=True)
     for key, t in tiles.items():
         ctiles = ceil_div(cog if key == "F" else cig, t["BN"])
         if key != "WG" and s.G * ctiles > 65535:
@@ -664,7 +681,7 @@ def derive(spec: Spec) -> dict:
         YPLANE=s.HO * s.WO, BK=BK, STAGES=STAGES, WG_TARGET_CTAS=WG_TARGET_CTAS, WG_MIN_CHUNK=WG_MIN_CHUNK,
         EB_TARGET_BLOCKS=EB_TARGET_BLOCKS, **tiles,
         fwd_lines=list(fwd.lines), fwd_result=fwd.result, bwd_lines=list(bwd.lines), bwd_result=bwd.result,
-        needs_z=needs_z, write_gz=bool(s.program.live()) or fold is not None, FOLD_POOL_BWD=fold, NRED=len(red_terms), red_terms=red_terms,
+        needs_z=needs_z, write_gz=write_gz, FOLD_POOL_BWD=fold, NRED=len(red_terms), red_terms=red_terms,
         red_outputs=red_outputs, TAB_MAX=TAB_MAX, DIRECT=direct(s),
         tap_tables=[dict(name="X", entries=tap_table(cig, s, max(BK, tiles["WG"]["BN"]))),
                     dict(name="Y", entries=[] if halo_dx else phase_table)],

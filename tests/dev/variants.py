@@ -41,28 +41,9 @@ CONV_NOFLUSH_TF32 = {
         ("    flush_acc(acc, part);\n    __syncthreads();", "    if (X3) flush_acc(acc, part);\n    __syncthreads();")],
 }
 
-# With TF32 allowed, halo_mainloop (the forward and grad_x at stride 1) unrolls its tap loop: each tap's shared-memory
-# offsets become immediates instead of being recomputed from the thread index every tap. PTX of the relu + bias
-# problem's forward: 58 instructions per tap for 8 mma.sync -> 4.97 per mma.sync over the unrolled chunk; registers
-# 118 -> 128 (sm_90, no spills), grad_x 92 -> 120; sm_80 spills 4 bytes in the MaxPool2d problem's TF32 inference
-# fold. Nsight (eleventh session, H200): the forward ran at 14 warp instructions per mma.sync, grad_x at 21.
-# Compile-checked only; not run on a GPU.
-CONV_HALO_UNROLL_TF32 = {
-    "conv2d_epilogue/halo.cu.j2": [
-        ("#pragma unroll 1\n    for (int tap = 0; tap < KK; ++tap) {", "#pragma unroll (X3 ? 1 : KK)\n    for (int tap = 0; tap < KK; ++tap) {")],
-}
-
-# With TF32 allowed and one tap group (KK <= 9: the taps are compile-time), grad_w's halo kernel unrolls its k steps
-# by 4 (they were one at a time, to keep one step's fragments live): the per-step fragment addresses, recomputed from
-# the thread index every step, become immediates. PTX of the relu + bias problem's grad_w: 21.4 instructions per
-# mma.sync over the blocks holding them -> 11.5 (unrolled fully: 8.6, at 128 registers); registers 109 -> 121 on
-# sm_90. With three tap groups (5x5 kernels) even an unroll by 2 spilled (their rolled kernel holds 117-120).
-# Nsight (eleventh session, H200): 35 warp instructions per mma.sync, 2.15 ms of the 5.85 ms step. Compile-checked
-# with the other two prepared edits on six halo cases (sm_80 / sm_90, no spills); not run on a GPU.
-CONV_WGRAD_UNROLL_TF32 = {
-    "conv2d_epilogue/grad_w.cu.j2": [
-        ("#pragma unroll 1\n      for (int j = 0; j < KSTEPS; ++j) {", "#pragma unroll (X3 || TGROUPS > 1 ? 1 : 4)\n      for (int j = 0; j < KSTEPS; ++j) {")],
-}
+# Shipped in the twelfth session after an A/B on an H200 (docs/PERFORMANCE.md): conv_halo_unroll_tf32 (the forward /
+# grad_x tap loop unrolled with TF32 allowed), conv_wgrad_unroll_tf32 (grad_w's k steps unrolled by 4 with one tap
+# group) and conv_wgrad_vec_gz (grad_w copies gz 2 or 4 positions a cp.async).
 
 EDITS_DIR = Path(__file__).resolve().parent / "edits"
 
@@ -101,18 +82,10 @@ def diff_edits(text: str) -> dict[str, list[tuple[str, str]]]:
     return edits
 
 
-# Larger prepared changes are kept as diffs (tests/dev/edits/NAME.diff, made with `git diff -- templates/...`):
-#   conv_wgrad_vec_gz: grad_w's halo kernel copies gz rows in 8- or 16-byte cp.async where WO allows (2 or 4
-#     positions a copy; a run-time alignment check keeps the scalar loop for a misaligned gz). Its loader issued one
-#     cp.async with its index math per float: 32 of a thread's 38 copies per tile in the relu + bias problem, whose
-#     grad_w runs at 35 warp instructions per mma.sync (Nsight, H200, eleventh session). Compile-checked (sm_80 /
-#     sm_90, no spills; registers 109 -> 117 TF32, 118 -> 128 3xTF32), NOT run on a GPU: device time ran out.
-#   (conv_train_fold_pool, the training forward folding a first pooling stage, was timed and shipped in the eleventh
-#   session: docs/PERFORMANCE.md.)
+# Larger prepared changes are kept as diffs (tests/dev/edits/NAME.diff, made with `git diff -- templates/...`); none
+# now: conv_train_fold_pool shipped in the eleventh session, conv_wgrad_vec_gz in the twelfth.
 EDITS: dict[str, dict[str, list[tuple[str, str]]]] = {
     "conv_noflush_tf32": CONV_NOFLUSH_TF32,
-    "conv_halo_unroll_tf32": CONV_HALO_UNROLL_TF32,
-    "conv_wgrad_unroll_tf32": CONV_WGRAD_UNROLL_TF32,
     **{f.stem: diff_edits(f.read_text()) for f in sorted(EDITS_DIR.glob("*.diff"))},
 }
 
