@@ -28,6 +28,12 @@ SECTIONS = ["SpeedOfLight", "Occupancy", "LaunchStats", "WarpStateStats", "Instr
             "MemoryWorkloadAnalysis"]
 
 
+# warp stall reasons (ncu's smsp__average_warps_issue_stalled_*): warps stalled for each, per issued instruction
+STALLS = ["barrier", "long_scoreboard", "short_scoreboard", "mio_throttle", "lg_throttle", "math_pipe_throttle", "wait",
+          "not_selected", "selected", "dispatch_stall", "no_instruction", "tex_throttle", "membar", "drain",
+          "branch_resolving", "imc_miss", "sleeping", "misc"]
+
+
 def problems(family: str) -> dict:
     if family == "pool":
         from tests.bench.bench_pool import PROBLEMS, problem_source
@@ -77,6 +83,7 @@ def main() -> int:
     ap.add_argument("--tf32", action="store_true")
     ap.add_argument("--child", action="store_true")
     ap.add_argument("--sections", nargs="*", default=SECTIONS)
+    ap.add_argument("--stalls", action="store_true", help="also each stall reason's warps per issued instruction")
     a = ap.parse_args()
     if a.child:
         child(a.family, a.names[0], a.tf32)
@@ -95,6 +102,8 @@ def main() -> int:
                "--print-summary", "none"]
         for s in a.sections:
             cmd += ["--section", s]
+        if a.stalls:
+            cmd += ["--metrics", ",".join(f"smsp__average_warps_issue_stalled_{r}_per_issue_active.ratio" for r in STALLS)]
         cmd += [sys.executable, __file__, a.family, name, "--child"] + (["--tf32"] if a.tf32 else [])
         print(f"==== {a.family} {name} tf32={a.tf32}", flush=True)
         r = subprocess.run(cmd, capture_output=True, text=True)
