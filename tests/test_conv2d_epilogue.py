@@ -819,6 +819,11 @@ def test_pooling_after_a_halo_forward_is_folded_in(cid):
     assert "_forward_pooled(" in run_forward and "_forward(c.x" not in run_forward  # no unfused path left
     assert "_forward(const float* x" not in files["kernel.cu"] + files["binding.cpp"]  # nor its launcher and kernels
     assert "conv_forward_halo<true, false, false>" not in files["kernel.cu"]
+    # nor the folded stage's own forward kernel and launcher (its backward stays: the binding runs it)
+    assert "_s1_forward(" not in files["kernel.cu"] + files["binding.cpp"]
+    assert "_s1_backward(" in files["kernel.cu"] and "_s1_backward(" in files["binding.cpp"]
+    for st in d["stages"][1:]:  # the later stages run as before
+        assert f"_s{st['k']}_forward(" in files["kernel.cu"] and f"_s{st['k']}_forward(" in files["binding.cpp"]
 
 
 def test_grad_w_copies_gz_in_vectors_where_aligned():

@@ -658,9 +658,12 @@ def derive(spec: Spec) -> dict:
     halo = halo_plan(s, tiles["F"])
     halo_dx = halo_dx_plan(s, tiles["D"])
     halo_w = halo_w_plan(s)
+    fpool = fused_pool(s, halo, tiles["F"])
     stages, first, nsaved = [], len(s.params), 1  # saved[0]: the conv's z
     for k, st in enumerate(s.stages, start=1):
         ctx = _stage_context(k, st, first)
+        # a first pooling stage folded into the halo forward (inference and training) has no forward kernel of its own
+        ctx["own_forward"] = not (k == 1 and fpool is not None)
         for what in ("in", "pre", "idx"):  # where training keeps what the stage's backward reads (-1: nothing)
             wanted = ctx["has_idx"] if what == "idx" else ctx[f"needs_{what}"]
             ctx[f"save_{what}"] = nsaved if wanted else -1
@@ -685,7 +688,7 @@ def derive(spec: Spec) -> dict:
         red_outputs=red_outputs, TAB_MAX=TAB_MAX, DIRECT=direct(s),
         tap_tables=[dict(name="X", entries=tap_table(cig, s, max(BK, tiles["WG"]["BN"]))),
                     dict(name="Y", entries=[] if halo_dx else phase_table)],
-        HALO=halo, HALO_DX=halo_dx, HALO_W=halo_w, FUSED_POOL=fused_pool(s, halo, tiles["F"]), FUSED_REDUCE=fused_reduce(s, halo, tiles["F"]), dg_phases=phases, DG_MAX_PIXELS=max(ph["hp"] * ph["wp"] for ph in phases),
+        HALO=halo, HALO_DX=halo_dx, HALO_W=halo_w, FUSED_POOL=fpool, FUSED_REDUCE=fused_reduce(s, halo, tiles["F"]), dg_phases=phases, DG_MAX_PIXELS=max(ph["hp"] * ph["wp"] for ph in phases),
         params=[dict(c=f"p{i}", name=p.name, shape=list(p.shape)) for i, p in enumerate(all_params(s))],
         conv_params=[dict(c=f"p{i}", name=p.name, shape=list(p.shape)) for i, p in enumerate(s.params)],
         stages=stages, NSAVED=nsaved, TAIL_THREADS=TAIL_THREADS, RED_TARGET_BLOCKS=RED_TARGET_BLOCKS, RED_MIN_CHUNK=RED_MIN_CHUNK,
