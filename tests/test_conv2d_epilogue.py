@@ -18,6 +18,8 @@ from __future__ import annotations
 import copy
 import math
 import random
+import shutil
+import subprocess
 
 import pytest
 import torch
@@ -659,6 +661,16 @@ def test_dev_diff_edits_are_exact_replacements():
                                 "g.j2": [("1\n", "2\n")]}
     with pytest.raises(ValueError, match="templates/ only"):
         diff_edits("--- a/kgen/x.py\n+++ b/kgen/x.py\n@@ -1 +1 @@\n-a\n+b\n")
+
+
+@pytest.mark.skipif(shutil.which("git") is None or not (REPO / ".git").exists(), reason="needs git and a git checkout")
+def test_dev_patches_still_apply():
+    """A prepared change kept as a patch (tests/dev/edits/*.patch: plan fields as well as templates) still applies to
+    this tree, so the next device session can time it."""
+    patches = sorted((REPO / "tests" / "dev" / "edits").glob("*.patch"))
+    for patch in patches:
+        r = subprocess.run(["git", "apply", "--check", str(patch)], cwd=REPO, capture_output=True, text=True)
+        assert r.returncode == 0, f"{patch.name} no longer applies: {r.stderr}"
 
 
 def test_tf32_round():
