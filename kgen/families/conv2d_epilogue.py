@@ -393,7 +393,7 @@ HALO_W_WARPS = 8  # grad_w from halo tiles: warps of a CTA (WARPS_M over its out
 HALO_W_TAPS = 9  # ... and at most this many taps per CTA (the warp's n8 tiles: registers)
 
 
-def halo_w_plan(spec: Spec) -> dict | None:
+def halo_w_plan(spec: Spec, gz_is_gy: bool) -> dict | None:
     """grad_w from halo tiles: a CTA owns BM out channels x (a chunk of HALO_CC input channels, NT taps) of grad_w and
     runs over a range of TH x TW output-position tiles; per tile it stages gz's BM x TH*TW block and the chunk's input
     halo, then every tap's GEMM slice (k = positions) from shared memory. Warps split the out channels (WARPS_M) and
@@ -422,8 +422,11 @@ def halo_w_plan(spec: Spec) -> dict | None:
     # H200, relu + bias step (TF32): rolled 5.190 ms, by 2 5.124, by 4 5.071; by 4 spilled 36-40 bytes where gz is
     # copied one float at a time (stride 2, WO 13), and with several tap groups (5x5 kernels) even 2 spilled
     unroll = 2 if tg == 1 else 1
+    # the copy widths instantiated: GZV, and one float a copy beside it where gz is the incoming gy (gz_is_gy: no
+    # adjoint kernel writes gz into kgen's workspace), whose alignment the caller decides
+    vecs = [gzv, 1] if gz_is_gy and gzv > 1 else [gzv]
     return dict(BM=bm, WARPS_M=wm, WARPS_K=HALO_W_WARPS // wm, THREADS=32 * HALO_W_WARPS, NT=nt, TGROUPS=tg,
-                GZV=gzv, UNROLL_TF32=unroll,
+                GZV=gzv, GZ_VECS=vecs, UNROLL_TF32=unroll,
                 TH=th, TW=tw, HH=hh, HW=hw, HCS=hcs, LDP=ldp, CC=HALO_CC, MTILES=ceil_div(cog, bm),
                 NCH=ceil_div(cig, HALO_CC), TILES_H=ceil_div(s.HO, th), TILES_W=ceil_div(s.WO, tw), SMEM_BYTES=smem)
 
@@ -657,7 +660,9 @@ def derive(spec: Spec) -> dict:
     phases, phase_table = dgrad_phases(s, cog)
     halo = halo_plan(s, tiles["F"])
     halo_dx = halo_dx_plan(s, tiles["D"])
-    halo_w = halo_w_plan(s)
+    fold = fold_pool_backward(s)
+    write_gz = bool(s.program.live()) or fold is not None  # gz in kgen's workspace; else the backward reads gy
+    halo_w = halo_w_plan(s, not write_gz)
     fpool = fused_pool(s, halo, tiles["F"])
     stages, first, nsaved = [], len(s.params), 1  # saved[0]: the conv's z
     for k, st in enumerate(s.stages, start=1):
@@ -670,11 +675,6 @@ def derive(spec: Spec) -> dict:
             nsaved += int(wanted)
         stages.append(ctx)
         first += len(st.params)
-    fold = fold_pool_backward(s)
-    write_gz = bool(s.program.live()) or fold is not None  # gz in kgen's workspace; else grad_w reads the incoming gy
-    if halo_w is not None:
-        # grad_w's gz copy widths to instantiate: GZV, and one float a copy where gz may be gy at any alignment
-        halo_w["GZ_VECS"] = sorted({halo_w["GZV"], 1 if not write_gz else halo_w["GZV"]}, reverse=True)
     for key, t in tiles.items():
         ctiles = ceil_div(cog if key == "F" else cig, t["BN"])
         if key != "WG" and s.G * ctiles > 65535:
