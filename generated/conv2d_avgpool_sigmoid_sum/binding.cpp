@@ -1,5 +1,5 @@
-// kgen_conv2d_avgpool_act_reduce_cc7a23b0: torch glue for the fused Conv2d -> AvgPool2d -> sigmoid -> sum kernels in kernel.cu
-// (ops under torch.ops.kgen_conv2d_avgpool_act_reduce_cc7a23b0; autograd in C++, see common/torch_glue.h).
+// kgen_conv2d_avgpool_act_reduce_03817910: torch glue for the fused Conv2d -> AvgPool2d -> sigmoid -> sum kernels in kernel.cu
+// (ops under torch.ops.kgen_conv2d_avgpool_act_reduce_03817910; autograd in C++, see common/torch_glue.h).
 // kgen fixed C++ glue helpers (pulled into each rendered binding by Jinja include).
 // Light headers only: torch/library.h, ATen/core, the autograd Function header and torch's pybind casters, not
 // torch/extension.h.
@@ -29,6 +29,7 @@
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <initializer_list>
 #include <string>
 
@@ -107,6 +108,11 @@ inline at::Tensor check_input(const at::Tensor& t, const char* what, std::initia
   return check_input(t, what, expected, at::kFloat, problem);
 }
 
+// t, or a copy of it where its data does not start 16-byte aligned (kernels that read it in 16-byte vectors need that).
+inline at::Tensor aligned16(const at::Tensor& t) {
+  return reinterpret_cast<uintptr_t>(t.const_data_ptr()) % 16 != 0 ? t.clone() : t;
+}
+
 inline void check_launch(cudaError_t err, const char* kernel, const char* problem) {
   TORCH_CHECK(err == cudaSuccess, "kgen ", problem, ": ", kernel, " failed to launch: ", cudaGetErrorString(err),
               " (", cudaGetErrorName(err), ")");
@@ -124,10 +130,10 @@ inline void check_same_device(const at::Tensor& a, const at::Tensor& b, const ch
 #include <optional>
 #include <tuple>
 
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_cc7a23b0_workspace_bytes(int64_t n, int backward, size_t* bytes);
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_cc7a23b0_forward(const float* x, const float* w, const float* b, float* out, void* workspace,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_03817910_workspace_bytes(int64_t n, int backward, size_t* bytes);
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_03817910_forward(const float* x, const float* w, const float* b, float* out, void* workspace,
                                           int64_t n, cudaStream_t stream);
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_cc7a23b0_backward(const float* grad_out, const float* x, const float* w, const float* b,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_03817910_backward(const float* grad_out, const float* x, const float* w, const float* b,
                                            float* grad_x, float* grad_w, float* grad_b, void* workspace, int64_t n,
                                            cudaStream_t stream);
 
@@ -156,7 +162,7 @@ const float* ptr_or_null(const at::Tensor& t) { return t.defined() ? t.data_ptr<
 // and path; uninitialised is fine.
 at::Tensor workspace(const at::Tensor& like, int64_t n, bool backward) {
   size_t bytes = 0;
-  kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_cc7a23b0_workspace_bytes(n, backward ? 1 : 0, &bytes), "workspace query", kProblem);
+  kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_03817910_workspace_bytes(n, backward ? 1 : 0, &bytes), "workspace query", kProblem);
   return at::empty({bytes > 0 ? static_cast<int64_t>(bytes) : 1}, like.options().dtype(at::kByte));
 }
 
@@ -166,7 +172,7 @@ at::Tensor forward(const at::Tensor& x_in, const at::Tensor& w_in, const std::op
   const int64_t n = c.x.size(0);
   at::Tensor out = at::empty({n}, c.x.options());
   at::Tensor ws = workspace(c.x, n, false);
-  kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_cc7a23b0_forward(c.x.data_ptr<float>(), c.w.data_ptr<float>(), ptr_or_null(c.b),
+  kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_03817910_forward(c.x.data_ptr<float>(), c.w.data_ptr<float>(), ptr_or_null(c.b),
                                              out.data_ptr<float>(), ws.data_ptr(), n,
                                              c10::cuda::getCurrentCUDAStream().stream()), "fused forward", kProblem);
   return out;
@@ -187,7 +193,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(const at::Tensor& grad_o
   at::Tensor gb = (output_mask[2] && c.b.defined()) ? at::empty_like(c.b) : none;
   if (output_mask[0] || output_mask[1] || gb.numel()) {
     at::Tensor ws = workspace(c.x, n, true);
-    kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_cc7a23b0_backward(grad_out.data_ptr<float>(), c.x.data_ptr<float>(), c.w.data_ptr<float>(),
+    kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_03817910_backward(grad_out.data_ptr<float>(), c.x.data_ptr<float>(), c.w.data_ptr<float>(),
                                                 ptr_or_null(c.b), output_mask[0] ? gx.data_ptr<float>() : nullptr,
                                                 output_mask[1] ? gw.data_ptr<float>() : nullptr,
                                                 gb.numel() ? gb.data_ptr<float>() : nullptr, ws.data_ptr(), n,
@@ -204,7 +210,7 @@ using BackwardSig = std::tuple<at::Tensor, at::Tensor, at::Tensor>(const at::Ten
 struct FusedFunction : public torch::autograd::Function<FusedFunction> {
   static at::Tensor forward(kgen_glue::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w,
                             const std::optional<at::Tensor>& b) {
-    static const auto op = kgen_glue::typed_op<ForwardSig>("kgen_conv2d_avgpool_act_reduce_cc7a23b0::forward");
+    static const auto op = kgen_glue::typed_op<ForwardSig>("kgen_conv2d_avgpool_act_reduce_03817910::forward");
     const bool has_bias = b.has_value() && b->defined();
     ctx->saved_data["has_bias"] = has_bias;
     ctx->save_for_backward({x, w, has_bias ? *b : at::Tensor()});
@@ -212,7 +218,7 @@ struct FusedFunction : public torch::autograd::Function<FusedFunction> {
     return op.call(x, w, b);
   }
   static kgen_glue::variable_list backward(kgen_glue::AutogradContext* ctx, kgen_glue::variable_list grads) {
-    static const auto op = kgen_glue::typed_op<BackwardSig>("kgen_conv2d_avgpool_act_reduce_cc7a23b0::backward");
+    static const auto op = kgen_glue::typed_op<BackwardSig>("kgen_conv2d_avgpool_act_reduce_03817910::backward");
     const auto saved = ctx->get_saved_variables();
     const bool has_bias = ctx->saved_data["has_bias"].toBool();
     // input edges: x, weight, then bias only when it was given
@@ -230,21 +236,21 @@ at::Tensor forward_autograd(const at::Tensor& x, const at::Tensor& w, const std:
 
 }  // namespace
 
-TORCH_LIBRARY(kgen_conv2d_avgpool_act_reduce_cc7a23b0, m) {
+TORCH_LIBRARY(kgen_conv2d_avgpool_act_reduce_03817910, m) {
   m.def("forward(Tensor x, Tensor weight, Tensor? bias) -> Tensor");
   m.def("backward(Tensor grad_out, Tensor x, Tensor weight, Tensor? bias, bool[3] output_mask) -> (Tensor, Tensor, Tensor)");
 }
 
 // CPU inputs reach the same functions, which reject them with a message saying what to do.
-TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_cc7a23b0, CUDA, m) {
+TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_03817910, CUDA, m) {
   m.impl("forward", &forward);
   m.impl("backward", &backward);
 }
-TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_cc7a23b0, CPU, m) {
+TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_03817910, CPU, m) {
   m.impl("forward", &forward);
   m.impl("backward", &backward);
 }
-TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_cc7a23b0, Autograd, m) {
+TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_03817910, Autograd, m) {
   m.impl("forward", &forward_autograd);
 }
 

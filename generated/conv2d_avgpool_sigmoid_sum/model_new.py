@@ -2,7 +2,7 @@
 
 Do not edit: regenerate with `kgen generate kgen/problems/conv2d_avgpool_sigmoid_sum.py` (a hand edit makes kgen refuse to overwrite
 this file without --force).
-kgen-checksum: 068017ff5b69a59aeef0aaeb3e97785a1b29448e0862de5d6f4492883187b743
+kgen-checksum: ff600ffc480d7be3cd00f280ae6553fc0ef5dee45421c20d8321a4a9a53d634a
 
 Family conv2d_avgpool_act_reduce; spec 52613d086abfd65f:
     CI = 8
@@ -43,7 +43,7 @@ How it works:
 The CUDA and C++ sources below are also written beside this file (kernel.cu, binding.cpp) for reading. They are
 compiled on first import into the extension kgen_conv2d_avgpool_act_reduce_<hash> (the hash covers the sources, compiler flags,
 torch and CUDA versions and the target architectures), cached under $KGEN_CACHE_DIR (else
-$TORCH_EXTENSIONS_DIR/kgen, else ~/.cache/kgen), and loaded from there afterwards. Ops: torch.ops.kgen_conv2d_avgpool_act_reduce_cc7a23b0.forward / .backward; autograd is registered in C++ (the
+$TORCH_EXTENSIONS_DIR/kgen, else ~/.cache/kgen), and loaded from there afterwards. Ops: torch.ops.kgen_conv2d_avgpool_act_reduce_03817910.forward / .backward; autograd is registered in C++ (the
 Autograd dispatch key) and fake kernels below, so a training step runs no Python beyond forward's call, and
 torch.compile(fullgraph=True) and torch.library.opcheck work.
 """
@@ -365,8 +365,8 @@ def kgen_load_extension(namespace, cuda_source, cpp_source):
     return module
 
 # ---- generated kernels ------------------------------------------------------------------------------------------
-KGEN_NAMESPACE = "kgen_conv2d_avgpool_act_reduce_cc7a23b0"
-KGEN_CUDA_SOURCE = r'''// kgen: fused Conv2d -> AvgPool2d -> sigmoid -> sum over [C,H,W]  (kgen_conv2d_avgpool_act_reduce_cc7a23b0)
+KGEN_NAMESPACE = "kgen_conv2d_avgpool_act_reduce_03817910"
+KGEN_CUDA_SOURCE = r'''// kgen: fused Conv2d -> AvgPool2d -> sigmoid -> sum over [C,H,W]  (kgen_conv2d_avgpool_act_reduce_03817910)
 // Pool-first: conv followed by avg-pool is one linear map, so each pooled output is
 //   pre[n,co,ph,pw] = bias[co] + sum_k (W[co,k]/DIV) * Bs[n,ph,pw,k]   (k = ci*KH*KW + ky*KW + kx)
 // where Bs is a PKH x PKW box sum of the (zero-padded) input at the conv tap offsets.
@@ -461,7 +461,7 @@ struct Identity {
 
 #endif  // KGEN_ACTIVATION_CUH
 
-namespace kgen_conv2d_avgpool_act_reduce_cc7a23b0_ns {
+namespace kgen_conv2d_avgpool_act_reduce_03817910_ns {
 
 // ---- 3xTF32 tensor-core helpers (mma.sync m16n8k8, fp32-level accuracy) ----
 // a = hi + lo with hi = rna(a) in tf32; lo is passed raw (the tensor core ignores its low 13 bits).
@@ -1490,12 +1490,12 @@ static long long bwd_grid(int64_t n, const DevInfo& d) {
     const long long tiles = (long long)n * B_TILES, wave = (long long)d.sms * d.bwd_per_sm;
     return tiles < wave ? tiles : wave;
 }
-}  // namespace kgen_conv2d_avgpool_act_reduce_cc7a23b0_ns
+}  // namespace kgen_conv2d_avgpool_act_reduce_03817910_ns
 
 // Workspace bytes the forward (backward == 0) or the backward (backward != 0) needs at batch n on the current
 // device. Uninitialised memory is fine: every float the kernels read back was written earlier in the same call.
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_cc7a23b0_workspace_bytes(int64_t n, int backward, size_t* bytes) {
-    using namespace kgen_conv2d_avgpool_act_reduce_cc7a23b0_ns;
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_03817910_workspace_bytes(int64_t n, int backward, size_t* bytes) {
+    using namespace kgen_conv2d_avgpool_act_reduce_03817910_ns;
     *bytes = 0;
     if (n <= 0) return cudaSuccess;
     if (!backward) {
@@ -1511,9 +1511,9 @@ extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_cc7a23b0_workspace_bytes(i
     return cudaSuccess;
 }
 
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_cc7a23b0_forward(const float* x, const float* w, const float* b, float* out,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_03817910_forward(const float* x, const float* w, const float* b, float* out,
                                          void* workspace, int64_t n, cudaStream_t stream) {
-    using namespace kgen_conv2d_avgpool_act_reduce_cc7a23b0_ns;
+    using namespace kgen_conv2d_avgpool_act_reduce_03817910_ns;
     if (n <= 0) return cudaSuccess;
     const DevInfo* d = nullptr;
     cudaError_t e = dev_info(&d);
@@ -1545,10 +1545,10 @@ extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_cc7a23b0_forward(const flo
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_cc7a23b0_backward(const float* grad_out, const float* x, const float* w, const float* b,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_03817910_backward(const float* grad_out, const float* x, const float* w, const float* b,
                                           float* grad_x, float* grad_w, float* grad_b, void* workspace,
                                           int64_t n, cudaStream_t stream) {
-    using namespace kgen_conv2d_avgpool_act_reduce_cc7a23b0_ns;
+    using namespace kgen_conv2d_avgpool_act_reduce_03817910_ns;
     const int want_wb = (grad_w != nullptr || grad_b != nullptr) ? 1 : 0;
     float* part = static_cast<float*>(workspace);
     cudaError_t e;
@@ -1568,8 +1568,8 @@ extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_cc7a23b0_backward(const fl
     return cudaSuccess;
 }
 '''
-KGEN_CPP_SOURCE = r'''// kgen_conv2d_avgpool_act_reduce_cc7a23b0: torch glue for the fused Conv2d -> AvgPool2d -> sigmoid -> sum kernels in kernel.cu
-// (ops under torch.ops.kgen_conv2d_avgpool_act_reduce_cc7a23b0; autograd in C++, see common/torch_glue.h).
+KGEN_CPP_SOURCE = r'''// kgen_conv2d_avgpool_act_reduce_03817910: torch glue for the fused Conv2d -> AvgPool2d -> sigmoid -> sum kernels in kernel.cu
+// (ops under torch.ops.kgen_conv2d_avgpool_act_reduce_03817910; autograd in C++, see common/torch_glue.h).
 // kgen fixed C++ glue helpers (pulled into each rendered binding by Jinja include).
 // Light headers only: torch/library.h, ATen/core, the autograd Function header and torch's pybind casters, not
 // torch/extension.h.
@@ -1599,6 +1599,7 @@ KGEN_CPP_SOURCE = r'''// kgen_conv2d_avgpool_act_reduce_cc7a23b0: torch glue for
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <initializer_list>
 #include <string>
 
@@ -1677,6 +1678,11 @@ inline at::Tensor check_input(const at::Tensor& t, const char* what, std::initia
   return check_input(t, what, expected, at::kFloat, problem);
 }
 
+// t, or a copy of it where its data does not start 16-byte aligned (kernels that read it in 16-byte vectors need that).
+inline at::Tensor aligned16(const at::Tensor& t) {
+  return reinterpret_cast<uintptr_t>(t.const_data_ptr()) % 16 != 0 ? t.clone() : t;
+}
+
 inline void check_launch(cudaError_t err, const char* kernel, const char* problem) {
   TORCH_CHECK(err == cudaSuccess, "kgen ", problem, ": ", kernel, " failed to launch: ", cudaGetErrorString(err),
               " (", cudaGetErrorName(err), ")");
@@ -1694,10 +1700,10 @@ inline void check_same_device(const at::Tensor& a, const at::Tensor& b, const ch
 #include <optional>
 #include <tuple>
 
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_cc7a23b0_workspace_bytes(int64_t n, int backward, size_t* bytes);
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_cc7a23b0_forward(const float* x, const float* w, const float* b, float* out, void* workspace,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_03817910_workspace_bytes(int64_t n, int backward, size_t* bytes);
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_03817910_forward(const float* x, const float* w, const float* b, float* out, void* workspace,
                                           int64_t n, cudaStream_t stream);
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_cc7a23b0_backward(const float* grad_out, const float* x, const float* w, const float* b,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_03817910_backward(const float* grad_out, const float* x, const float* w, const float* b,
                                            float* grad_x, float* grad_w, float* grad_b, void* workspace, int64_t n,
                                            cudaStream_t stream);
 
@@ -1726,7 +1732,7 @@ const float* ptr_or_null(const at::Tensor& t) { return t.defined() ? t.data_ptr<
 // and path; uninitialised is fine.
 at::Tensor workspace(const at::Tensor& like, int64_t n, bool backward) {
   size_t bytes = 0;
-  kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_cc7a23b0_workspace_bytes(n, backward ? 1 : 0, &bytes), "workspace query", kProblem);
+  kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_03817910_workspace_bytes(n, backward ? 1 : 0, &bytes), "workspace query", kProblem);
   return at::empty({bytes > 0 ? static_cast<int64_t>(bytes) : 1}, like.options().dtype(at::kByte));
 }
 
@@ -1736,7 +1742,7 @@ at::Tensor forward(const at::Tensor& x_in, const at::Tensor& w_in, const std::op
   const int64_t n = c.x.size(0);
   at::Tensor out = at::empty({n}, c.x.options());
   at::Tensor ws = workspace(c.x, n, false);
-  kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_cc7a23b0_forward(c.x.data_ptr<float>(), c.w.data_ptr<float>(), ptr_or_null(c.b),
+  kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_03817910_forward(c.x.data_ptr<float>(), c.w.data_ptr<float>(), ptr_or_null(c.b),
                                              out.data_ptr<float>(), ws.data_ptr(), n,
                                              c10::cuda::getCurrentCUDAStream().stream()), "fused forward", kProblem);
   return out;
@@ -1757,7 +1763,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(const at::Tensor& grad_o
   at::Tensor gb = (output_mask[2] && c.b.defined()) ? at::empty_like(c.b) : none;
   if (output_mask[0] || output_mask[1] || gb.numel()) {
     at::Tensor ws = workspace(c.x, n, true);
-    kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_cc7a23b0_backward(grad_out.data_ptr<float>(), c.x.data_ptr<float>(), c.w.data_ptr<float>(),
+    kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_03817910_backward(grad_out.data_ptr<float>(), c.x.data_ptr<float>(), c.w.data_ptr<float>(),
                                                 ptr_or_null(c.b), output_mask[0] ? gx.data_ptr<float>() : nullptr,
                                                 output_mask[1] ? gw.data_ptr<float>() : nullptr,
                                                 gb.numel() ? gb.data_ptr<float>() : nullptr, ws.data_ptr(), n,
@@ -1774,7 +1780,7 @@ using BackwardSig = std::tuple<at::Tensor, at::Tensor, at::Tensor>(const at::Ten
 struct FusedFunction : public torch::autograd::Function<FusedFunction> {
   static at::Tensor forward(kgen_glue::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w,
                             const std::optional<at::Tensor>& b) {
-    static const auto op = kgen_glue::typed_op<ForwardSig>("kgen_conv2d_avgpool_act_reduce_cc7a23b0::forward");
+    static const auto op = kgen_glue::typed_op<ForwardSig>("kgen_conv2d_avgpool_act_reduce_03817910::forward");
     const bool has_bias = b.has_value() && b->defined();
     ctx->saved_data["has_bias"] = has_bias;
     ctx->save_for_backward({x, w, has_bias ? *b : at::Tensor()});
@@ -1782,7 +1788,7 @@ struct FusedFunction : public torch::autograd::Function<FusedFunction> {
     return op.call(x, w, b);
   }
   static kgen_glue::variable_list backward(kgen_glue::AutogradContext* ctx, kgen_glue::variable_list grads) {
-    static const auto op = kgen_glue::typed_op<BackwardSig>("kgen_conv2d_avgpool_act_reduce_cc7a23b0::backward");
+    static const auto op = kgen_glue::typed_op<BackwardSig>("kgen_conv2d_avgpool_act_reduce_03817910::backward");
     const auto saved = ctx->get_saved_variables();
     const bool has_bias = ctx->saved_data["has_bias"].toBool();
     // input edges: x, weight, then bias only when it was given
@@ -1800,21 +1806,21 @@ at::Tensor forward_autograd(const at::Tensor& x, const at::Tensor& w, const std:
 
 }  // namespace
 
-TORCH_LIBRARY(kgen_conv2d_avgpool_act_reduce_cc7a23b0, m) {
+TORCH_LIBRARY(kgen_conv2d_avgpool_act_reduce_03817910, m) {
   m.def("forward(Tensor x, Tensor weight, Tensor? bias) -> Tensor");
   m.def("backward(Tensor grad_out, Tensor x, Tensor weight, Tensor? bias, bool[3] output_mask) -> (Tensor, Tensor, Tensor)");
 }
 
 // CPU inputs reach the same functions, which reject them with a message saying what to do.
-TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_cc7a23b0, CUDA, m) {
+TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_03817910, CUDA, m) {
   m.impl("forward", &forward);
   m.impl("backward", &backward);
 }
-TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_cc7a23b0, CPU, m) {
+TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_03817910, CPU, m) {
   m.impl("forward", &forward);
   m.impl("backward", &backward);
 }
-TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_cc7a23b0, Autograd, m) {
+TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_03817910, Autograd, m) {
   m.impl("forward", &forward_autograd);
 }
 
@@ -1880,8 +1886,8 @@ def kgen_register():
                 weight.new_empty(weight.shape) if output_mask[1] else none,
                 bias.new_empty(bias.shape) if (output_mask[2] and bias is not None) else none)
 
-    torch.library.register_fake("kgen_conv2d_avgpool_act_reduce_cc7a23b0::forward", forward_fake)
-    torch.library.register_fake("kgen_conv2d_avgpool_act_reduce_cc7a23b0::backward", backward_fake)
+    torch.library.register_fake("kgen_conv2d_avgpool_act_reduce_03817910::forward", forward_fake)
+    torch.library.register_fake("kgen_conv2d_avgpool_act_reduce_03817910::backward", backward_fake)
 
 
 class ModelNew(nn.Module):

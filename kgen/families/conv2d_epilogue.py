@@ -354,7 +354,14 @@ def _halo(cin: int, hin: int, win: int, cin_g: int, hout: int, wout: int, cout_g
     convolution of gz). A CTA computes TH x TW output positions of one image; per chunk of HALO_CC input channels it
     stages the input rows / columns they read and the chunk's weights, double-buffered unless there is one chunk
     (cin_g == HALO_CC: a 5x5 kernel on 8 channels then fits). None when it would not fit HALO_SMEM_MAX."""
-    th, tw, hh, hw, hcs = _halo_window(tile["BM"], wout, k, stride, dil, 8)  # an A fragment: 4 channels x 8 positions
+    th, tw, hh, hw, _ = _halo_window(tile["BM"], wout, k, stride, dil, 8)
+    # 16-byte halo copies where every input row starts 16-byte aligned (win % 4 == 0): a CTA's first column iwb =
+    # ow0 * SW - pad is pad's residue off alignment (ow0 is a multiple of TW, 8 or more), so rows are staged from LOFF
+    # columns before it, HROW floats a row, and each 4-column group of the image is all inside or all outside it
+    hv = 4 if win % 4 == 0 and (tw * stride[1]) % 4 == 0 else 1
+    loff = (-pad[1]) % hv
+    hrow = ceil_div(loff + hw, hv) * hv
+    hcs = hh * hrow + (8 - hh * hrow % 32) % 32  # an A fragment: 4 channels x 8 positions, 32 distinct banks
     stages = 1 if cin_g == HALO_CC else 2  # one chunk: nothing to prefetch behind it, so no second buffer
     smem = stages * (HALO_CC * hcs + k[0] * k[1] * HALO_CC * tile["LDB"]) * 4
     if smem > HALO_SMEM_MAX:
@@ -363,7 +370,8 @@ def _halo(cin: int, hin: int, win: int, cin_g: int, hout: int, wout: int, cout_g
     # become immediates (PTX of the relu + bias forward: 58 instructions per tap for 8 mma.sync -> 4.97 per mma.sync);
     # the 3xTF32 path keeps its taps rolled (registers)
     return dict(CIN=cin, HIN=hin, WIN=win, CING=cin_g, HOUT=hout, WOUT=wout, COUTG=cout_g, SH=stride[0], SW=stride[1],
-                PH=pad[0], PW=pad[1], FLIP=flip, TH=th, TW=tw, HH=hh, HW=hw, HCS=hcs, CC=HALO_CC, STAGES=stages, SMEM_BYTES=smem,
+                PH=pad[0], PW=pad[1], FLIP=flip, TH=th, TW=tw, HH=hh, HW=hw, HV=hv, LOFF=loff, HROW=hrow, HCS=hcs, CC=HALO_CC,
+                STAGES=stages, SMEM_BYTES=smem,
                 TILES_H=ceil_div(hout, th), TILES_W=ceil_div(wout, tw), TAP_UNROLL=k[0] * k[1])
 
 
@@ -688,7 +696,9 @@ def derive(spec: Spec) -> dict:
         red_outputs=red_outputs, TAB_MAX=TAB_MAX, DIRECT=direct(s),
         tap_tables=[dict(name="X", entries=tap_table(cig, s, max(BK, tiles["WG"]["BN"]))),
                     dict(name="Y", entries=[] if halo_dx else phase_table)],
-        HALO=halo, HALO_DX=halo_dx, HALO_W=halo_w, FUSED_POOL=fpool, FUSED_REDUCE=fused_reduce(s, halo, tiles["F"]), dg_phases=phases, DG_MAX_PIXELS=max(ph["hp"] * ph["wp"] for ph in phases),
+        HALO=halo, HALO_DX=halo_dx, HALO_W=halo_w,
+        # the halo loaders' 16-byte copies read x (forward) and, where grad_x reads it directly, grad_y aligned
+        ALIGN16_X=bool(halo and halo["HV"] == 4), ALIGN16_GY=bool(halo_dx and halo_dx["HV"] == 4 and not write_gz), FUSED_POOL=fpool, FUSED_REDUCE=fused_reduce(s, halo, tiles["F"]), dg_phases=phases, DG_MAX_PIXELS=max(ph["hp"] * ph["wp"] for ph in phases),
         params=[dict(c=f"p{i}", name=p.name, shape=list(p.shape)) for i, p in enumerate(all_params(s))],
         conv_params=[dict(c=f"p{i}", name=p.name, shape=list(p.shape)) for i, p in enumerate(s.params)],
         stages=stages, NSAVED=nsaved, TAIL_THREADS=TAIL_THREADS, RED_TARGET_BLOCKS=RED_TARGET_BLOCKS, RED_MIN_CHUNK=RED_MIN_CHUNK,

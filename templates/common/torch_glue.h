@@ -27,6 +27,7 @@
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <initializer_list>
 #include <string>
 
@@ -103,6 +104,11 @@ inline at::Tensor check_input(const at::Tensor& t, const char* what, std::initia
 inline at::Tensor check_input(const at::Tensor& t, const char* what, std::initializer_list<int64_t> expected,
                               const char* problem) {
   return check_input(t, what, expected, at::kFloat, problem);
+}
+
+// t, or a copy of it where its data does not start 16-byte aligned (kernels that read it in 16-byte vectors need that).
+inline at::Tensor aligned16(const at::Tensor& t) {
+  return reinterpret_cast<uintptr_t>(t.const_data_ptr()) % 16 != 0 ? t.clone() : t;
 }
 
 inline void check_launch(cudaError_t err, const char* kernel, const char* problem) {

@@ -3,6 +3,7 @@ template or of kgen itself, rendered here (no GPU needed) from different trees o
 one card. Each module is first built in parallel (one process each), then checked against the problem's Model
 (forward within 1e-4 of eager, TF32 off; grad_x's misses counted) and timed: forward and training step, back-to-back.
 Usage (GPU): python tests/dev/time_generated.py PROBLEM.py LABEL=model_new.py [LABEL=model_new.py ...] [--tf32]
+[--compile] (--compile: torch.compile(Model) timed in the same run, with the same flags)
 A template edit of tests/dev/variants.py renders with `python tests/dev/variants.py PROBLEM.py EDIT OUT_DIR`."""
 
 import argparse
@@ -24,6 +25,7 @@ def main() -> int:
     ap.add_argument("modules", nargs="+", help="LABEL=path/to/model_new.py")
     ap.add_argument("--tf32", action="store_true")
     ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--compile", action="store_true", help="also time torch.compile(Model) in the same run")
     a = ap.parse_args()
     torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = a.tf32
     mods = [m.split("=", 1) for m in a.modules]
@@ -39,6 +41,8 @@ def main() -> int:
         shape = user["get_inputs"]()[0].shape
     x = torch.randn(shape, device="cuda", requires_grad=True)
     rows = {"eager": model}
+    if a.compile:
+        rows["compile"] = torch.compile(model)
     for label, path in mods:
         ns: dict = {"__name__": f"variant_{label}"}
         exec(compile(Path(path).read_text(), path, "exec"), ns)
@@ -50,7 +54,7 @@ def main() -> int:
     (gref,) = torch.autograd.grad(ref.sum(), x)
     torch.backends.cudnn.allow_tf32 = a.tf32
     for label, m in rows.items():
-        if label == "eager" or a.tf32:
+        if label in ("eager", "compile") or a.tf32:
             continue
         y = m(x)
         (g,) = torch.autograd.grad(y.sum(), x)

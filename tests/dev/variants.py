@@ -43,27 +43,8 @@ CONV_NOFLUSH_TF32 = {
 
 # Shipped in the twelfth session after an A/B on an H200 (docs/PERFORMANCE.md): conv_halo_unroll_tf32 (the forward /
 # grad_x tap loop unrolled with TF32 allowed), conv_wgrad_unroll_tf32 (grad_w's k steps unrolled by 4 with one tap
-# group) and conv_wgrad_vec_gz (grad_w copies gz 2 or 4 positions a cp.async).
-
-# With TF32 allowed, the halo loops' rounding pass over each staged chunk (the forward and grad_x) reads and writes
-# float4s: a quarter of its loop iterations, shared-memory instructions and index math. Counted from the template for
-# the relu + bias forward (twelfth session): the scalar pass is ~7 iterations of ~10 instructions per thread per
-# 8-channel chunk, about 1 of the forward's 11.8 warp instructions per mma.sync (Nsight, H200). Compile-checked
-# (sm_80 / sm_90, no spills), not run on a GPU.
-CONV_ROUND_VEC4 = {
-    "conv2d_epilogue/halo.cu.j2": [
-        ("      for (int e = threadIdx.x; e < Gm::H_STAGE; e += T::THREADS) hw[e] = __uint_as_float(tf32_rna(hw[e]));\n",
-         "      static_assert(Gm::H_STAGE % 4 == 0, \"float4 rounding pass\");\n"
-         "      float4* hw4 = reinterpret_cast<float4*>(hw);\n"
-         "      for (int e = threadIdx.x; e < Gm::H_STAGE / 4; e += T::THREADS) {\n"
-         "        float4 v = hw4[e];\n"
-         "        v.x = __uint_as_float(tf32_rna(v.x));\n"
-         "        v.y = __uint_as_float(tf32_rna(v.y));\n"
-         "        v.z = __uint_as_float(tf32_rna(v.z));\n"
-         "        v.w = __uint_as_float(tf32_rna(v.w));\n"
-         "        hw4[e] = v;\n"
-         "      }\n")],
-}
+# group) and conv_wgrad_vec_gz (grad_w copies gz 2 or 4 positions a cp.async); in the thirteenth, conv_round_vec4 (the
+# TF32 rounding pass over a staged chunk in float4s) and the patch conv_halo_vec16 (16-byte halo copies).
 
 EDITS_DIR = Path(__file__).resolve().parent / "edits"
 
@@ -103,10 +84,11 @@ def diff_edits(text: str) -> dict[str, list[tuple[str, str]]]:
 
 
 # Larger prepared changes are kept as diffs (tests/dev/edits/NAME.diff, made with `git diff -- templates/...`); none
-# now: conv_train_fold_pool shipped in the eleventh session, conv_wgrad_vec_gz in the twelfth.
+# now: conv_train_fold_pool shipped in the eleventh session, conv_wgrad_vec_gz in the twelfth. Changes that add plan
+# fields are kept as `git apply` patches (tests/dev/edits/NAME.patch; none now, conv_halo_vec16 shipped in the
+# thirteenth session).
 EDITS: dict[str, dict[str, list[tuple[str, str]]]] = {
     "conv_noflush_tf32": CONV_NOFLUSH_TF32,
-    "conv_round_vec4": CONV_ROUND_VEC4,
     **{f.stem: diff_edits(f.read_text()) for f in sorted(EDITS_DIR.glob("*.diff"))},
 }
 

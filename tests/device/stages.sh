@@ -15,7 +15,8 @@
 #   variants: tests/dev/pool_variants.py (VARIANT_ONLY: problem names, VARIANTS: variant labels)
 #   profilepool: tests/dev/profile_pool.py per kernel (PROFILE_ONLY: bench_pool names, default three max pools)
 #   staged: tests/dev/pool3d_staged.py, the staged separable 3-d max-pool forward against kgen's (docs/notes/pool_plan.md)
-#   ab: tests/dev/time_generated.py on AB_PROBLEM with AB_MODULES ("LABEL=path/model_new.py ..."), TF32 off and allowed
+#   ab: tests/dev/time_generated.py on AB_PROBLEM with AB_MODULES ("LABEL=path/model_new.py ..."), in AB_MODES (default
+#     "off tf32"), with AB_ARGS (e.g. --compile); logs ab${AB_TAG}_<mode>.log
 #   ncu: tests/dev/ncu_step.py $NCU_ARGS (e.g. "conv conv3x3_hardswish_maxpool_mish --tf32")
 # Build first in the same call (or on the same warm machine): the GPU tests then load from the cache. A machine
 # starts bare and goes back 30 s after a call, so every call rebuilds. Measured on an H200 (16 jobs): FAMILY=pool
@@ -65,7 +66,9 @@ for stage in "$@"; do
     benchpool_nc) path sm90; run benchpool 240 python3 tests/bench/bench_pool.py --quick --no-compile --prebuild ${BENCH_JOBS:-8} --csv "$OUT/bench.csv" ${POOL_ONLY:+--only $POOL_ONLY} ;;
     f64) path sm90; run f64 ${F64_SECS:-200} python3 tests/dev/f64_check.py ${F64_ONLY:-tests/dev/cases/*.py} ;;
     profilepool) path sm90; run profilepool 200 python3 tests/dev/profile_pool.py ${PROFILE_ONLY:-maxpool2d_k3s2p1_fp16 maxpool2d_k3s2p1 maxpool3d_k3s2p1} ;;
-    ab) path sm90; for t in "" --tf32; do run "ab$t" ${AB_SECS:-200} python3 tests/dev/time_generated.py $AB_PROBLEM $AB_MODULES $t; done ;;
+    ab) path sm90; for t in ${AB_MODES:-off tf32}; do
+          run "ab${AB_TAG:-}_$t" ${AB_SECS:-200} python3 tests/dev/time_generated.py $AB_PROBLEM $AB_MODULES ${AB_ARGS:-} \
+            $([ "$t" = tf32 ] && echo --tf32); done ;;
     ncu) path sm90; run ncu ${NCU_SECS:-200} python3 tests/dev/ncu_step.py $NCU_ARGS ;;
     staged) path sm90; run staged ${STAGED_SECS:-240} python3 tests/dev/pool3d_staged.py --tdo 2 --tho 2 4 ;;
     variants) path sm90; run variants ${VARIANT_SECS:-400} python3 tests/dev/pool_variants.py ${VARIANT_ONLY:+--only $VARIANT_ONLY} ${VARIANTS:+--variants $VARIANTS} ;;
