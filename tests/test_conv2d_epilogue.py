@@ -172,6 +172,9 @@ _TABLE += [
     # rows of 32 floats: the forward and grad_x halos copied 16 bytes at a time, from 3 columns left of the tile's first
     ("halo_ci16_w32_pad1_relu_bias_c", 2, (2, 16, 13, 32), conv(16, 24, 3, padding=1),
      CONV_IN + ["x = torch.relu(x)", "return x + self.bias"], ["self.bias = nn.Parameter(torch.randn(24, 1, 1))"], {}),
+    # the longest forward reduction (256 channels x 9 taps = NOFLUSH_K_MAX) that TF32 allowed accumulates unflushed
+    ("halo_ci256_k3_noflush_tanh", 1, (1, 256, 9, 12), conv(256, 16, 3, padding=1), CONV_IN + ["return torch.tanh(x)"],
+     [], {}),
 ]
 
 # After the convolution's program: 2-d pooling, reductions and views, each followed by a program (issue 9's stages).
@@ -869,6 +872,20 @@ def test_halo_copies_16_bytes_where_rows_are_aligned():
     files = emit.generate(write_problem(CASE["halo_ci16_w32_pad1_relu_bias_c"])).files
     assert "aligned16(kgen_glue::check_input(x_in" in files["binding.cpp"]
     assert "halo_input_aligned<HaloF>(x)" in files["kernel.cu"] and "halo_input_aligned<HaloD>(gzsrc)" in files["kernel.cu"]
+
+
+def test_tf32_halo_accumulates_unflushed_up_to_noflush_k_max():
+    """With TF32 allowed the halo forward / grad_x run their mma.sync on acc directly where the reduction (channels a
+    group x taps) is at most NOFLUSH_K_MAX, and flush a `part` accumulator every chunk beyond it; the template reads
+    the plan's choice."""
+    d = fam.derive(_spec(CASE["halo_ci256_k3_noflush_tanh"]))
+    assert d["HALO"]["CING"] * 9 == fam.NOFLUSH_K_MAX and not d["HALO"]["FLUSH_TF32"]
+    tile = fam.gemm_tile(128, 64)
+    for cin_g, flush in ((8, False), (256, False), (264, True), (512, True)):
+        h = fam._halo(cin_g, 16, 16, cin_g, 16, 16, 64, (3, 3), (1, 1), (1, 1), (1, 1), tile, False)
+        assert h["FLUSH_TF32"] is flush, cin_g
+    kernel = emit.generate(write_problem(CASE["halo_ci256_k3_noflush_tanh"])).files["kernel.cu"]
+    assert "static constexpr bool FLUSH_TF32 = false;" in kernel and "constexpr bool FLUSH = X3 || Gm::FLUSH_TF32;" in kernel
 
 
 @pytest.mark.gpu

@@ -28,23 +28,33 @@ from kgen.problem import load_problem  # noqa: E402
 # gather (shipped: gather_tiling's b_gq) and 32-bit plane division (pool_index32: no gain, 1.071 vs 1.064 ms).
 
 # ------------------------------------------------------------------------------------------ conv2d_epilogue family
-# With TF32 allowed (single-pass mma), the forward and grad_x main loops accumulate on acc directly (no `part` and no
-# flush every few k steps); grad_w (LONG_K: a reduction over every position) and the 3xTF32 path keep the flush. The
-# flush cost the TF32-allowed step 5-7% (H200, eighth session); its error there is bounded by the TF32 rounding.
+# With TF32 allowed (single-pass mma), the im2col GEMM main loops (gemm.cu.j2) accumulate on acc directly (no `part`
+# and no flush every few k steps) except in grad_w (LONG_K: a reduction over every position); the 3xTF32 path keeps
+# the flush. The halo kernels' half of this edit shipped in the thirteenth session as the plan field FLUSH_TF32 (a
+# flush only where the reduction is longer than NOFLUSH_K_MAX): H200, TF32 allowed, relu + bias forward 0.901 ->
+# 0.883 ms, step 4.765 -> 4.719; hardswish forward 1.156 -> 1.127. This half is not timed.
 CONV_NOFLUSH_TF32 = {
     "conv2d_epilogue/gemm.cu.j2": [
         ("smem + STAGES * T::A_STAGE + slot * T::B_STAGE, part, warp_m, warp_n, lane);\n    flush_acc(acc, part);",
          "smem + STAGES * T::A_STAGE + slot * T::B_STAGE, X3 || T::LONG_K ? part : acc, warp_m, warp_n, lane);\n"
          "    if (X3 || T::LONG_K) flush_acc(acc, part);")],
-    "conv2d_epilogue/halo.cu.j2": [
-        ("else kg_mma(part[mi][ni], a[mi].h[0]", "else kg_mma(acc[mi][ni], a[mi].h[0]"),
-        ("    flush_acc(acc, part);\n    __syncthreads();", "    if (X3) flush_acc(acc, part);\n    __syncthreads();")],
 }
 
 # Shipped in the twelfth session after an A/B on an H200 (docs/PERFORMANCE.md): conv_halo_unroll_tf32 (the forward /
 # grad_x tap loop unrolled with TF32 allowed), conv_wgrad_unroll_tf32 (grad_w's k steps unrolled by 4 with one tap
 # group) and conv_wgrad_vec_gz (grad_w copies gz 2 or 4 positions a cp.async); in the thirteenth, conv_round_vec4 (the
 # TF32 rounding pass over a staged chunk in float4s) and the patch conv_halo_vec16 (16-byte halo copies).
+
+# With TF32 allowed, the halo forward asks for 3 CTAs an SM (80 registers a thread instead of up to 128: 24 warps an
+# SM instead of 16); Nsight (H200, twelfth session) found it issuing every other cycle with no dominant stall, so more
+# warps to pick from may raise its issue rate. Timed on an H200 (thirteenth session, TF32 allowed): relu + bias forward
+# 0.883 (no flush, 2 CTAs) -> 0.825 ms (torch.compile 0.834), but 4 bytes of spills on sm_90, and with the flush's
+# `part` still there 0.962 (96 bytes); the hardswish forward 1.127 -> 1.286 (its 2 chunks a CTA: the epilogue weighs
+# more). Not shipped: the spills, and a loss where chunks are few.
+CONV_FWD_HALO_3CTAS = {
+    "conv2d_epilogue/halo.cu.j2": [
+        ("__launch_bounds__(TileF::THREADS, 2) conv_forward_halo(", "__launch_bounds__(TileF::THREADS, X3 ? 2 : 3) conv_forward_halo(")],
+}
 
 EDITS_DIR = Path(__file__).resolve().parent / "edits"
 
@@ -89,6 +99,7 @@ def diff_edits(text: str) -> dict[str, list[tuple[str, str]]]:
 # thirteenth session).
 EDITS: dict[str, dict[str, list[tuple[str, str]]]] = {
     "conv_noflush_tf32": CONV_NOFLUSH_TF32,
+    "conv_fwd_halo_3ctas": CONV_FWD_HALO_3CTAS,
     **{f.stem: diff_edits(f.read_text()) for f in sorted(EDITS_DIR.glob("*.diff"))},
 }
 
