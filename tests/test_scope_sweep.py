@@ -1,6 +1,6 @@
 """Random problems anywhere inside each registered family's scope render without error, match the family that
-drew them, cross-check PyTorch's traced output shape (each family's match asserts it), and their generated text
-alone runs and mirrors Model's parameters (CPU). The same generator drives the GPU sweep: tests/dev/sweep.py --gpu."""
+drew them, cross-check PyTorch's traced output shape (each family's match asserts it), pass KernelBench's static
+checker, and their generated text alone runs and mirrors Model's parameters (CPU). The same generator drives the GPU sweep: tests/dev/sweep.py --gpu."""
 
 import pytest
 import torch
@@ -10,6 +10,7 @@ from kgen.problem import load_problem
 from kgen.spec import match
 from tests.families import random_problems
 from tests.helpers import write_problem
+from tests.test_static_rules import violations
 
 CASES = random_problems(16, seed=20261126)
 
@@ -21,6 +22,7 @@ def test_in_scope_problem_renders_with_pytorch_shapes(family, source):
     assert fam.NAME == family
     gen = emit.generate(path)
     assert gen.name.startswith(f"kgen_{family}_") and set(gen.files) == {"model_new.py", "kernel.cu", "binding.cpp"}
+    assert violations(gen.files["model_new.py"]) == []
     user: dict = {}
     exec(compile(source, "<problem>", "exec"), user)
     with torch.device("meta"):

@@ -1,5 +1,6 @@
-"""Random in-scope problems for every registered family: render (and nvcc-compile with --compile) here; on a GPU,
-also check forward and every gradient against PyTorch (tests/test_numerics.py's comparison).
+"""Random in-scope problems for every registered family: render, check the generated module against KernelBench's
+static checker's rules (and nvcc-compile with --compile) here; on a GPU, also check forward and every gradient
+against PyTorch (tests/test_numerics.py's comparison).
 Usage: python tests/dev/sweep.py [--n 12] [--seed 1] [--family NAME] [--compile] [--gpu] [--jobs 12]"""
 
 import argparse
@@ -15,6 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from kgen import emit  # noqa: E402
 from tests.families import random_problems  # noqa: E402
 from tests.helpers import write_problem  # noqa: E402
+from tests.test_static_rules import violations  # noqa: E402
 
 
 def compile_ok(gen):
@@ -41,10 +43,16 @@ def main():
     gens, bad = [], 0
     for fam, src in cases:
         try:
-            gens.append((fam, src, emit.generate(write_problem(src))))
+            gen = emit.generate(write_problem(src))
         except Exception as exc:  # a dev sweep reports and goes on
             bad += 1
             print(f"RENDER FAIL {fam}: {type(exc).__name__}: {exc}\n{src}")
+            continue
+        gens.append((fam, src, gen))
+        static = violations(gen.files["model_new.py"])
+        if static:  # KernelBench's static checker would reject it (tests/test_static_rules.py)
+            bad += 1
+            print(f"STATIC FAIL {fam} {gen.name}: {static}\n{src}")
     if a.compile:
         with ThreadPoolExecutor(2) as ex:
             for (fam, src, gen), (ok, msg) in zip(gens, ex.map(lambda t: compile_ok(t[2]), gens)):
