@@ -1,6 +1,7 @@
 """Random problems anywhere inside each registered family's scope render without error, match the family that
 drew them, cross-check PyTorch's traced output shape (each family's match asserts it), pass KernelBench's static
-checker, and their generated text alone runs and mirrors Model's parameters (CPU). The same generator drives the GPU sweep: tests/dev/sweep.py --gpu."""
+checker, and their generated text alone runs and mirrors Model's parameters (CPU). The same generator drives the GPU
+sweep: tests/dev/sweep.py --gpu."""
 
 import pytest
 import torch

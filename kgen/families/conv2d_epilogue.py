@@ -704,7 +704,9 @@ def derive(spec: Spec) -> dict:
                     dict(name="Y", entries=[] if halo_dx else phase_table)],
         HALO=halo, HALO_DX=halo_dx, HALO_W=halo_w,
         # the halo loaders' 16-byte copies read x (forward) and, where grad_x reads it directly, grad_y aligned
-        ALIGN16_X=bool(halo and halo["HV"] == 4), ALIGN16_GY=bool(halo_dx and halo_dx["HV"] == 4 and not write_gz), FUSED_POOL=fpool, FUSED_REDUCE=fused_reduce(s, halo, tiles["F"]), dg_phases=phases, DG_MAX_PIXELS=max(ph["hp"] * ph["wp"] for ph in phases),
+        ALIGN16_X=bool(halo and halo["HV"] == 4), ALIGN16_GY=bool(halo_dx and halo_dx["HV"] == 4 and not write_gz),
+        FUSED_POOL=fpool, FUSED_REDUCE=fused_reduce(s, halo, tiles["F"]),
+        dg_phases=phases, DG_MAX_PIXELS=max(ph["hp"] * ph["wp"] for ph in phases),
         params=[dict(c=f"p{i}", name=p.name, shape=list(p.shape)) for i, p in enumerate(all_params(s))],
         conv_params=[dict(c=f"p{i}", name=p.name, shape=list(p.shape)) for i, p in enumerate(s.params)],
         stages=stages, NSAVED=nsaved, TAIL_THREADS=TAIL_THREADS, RED_TARGET_BLOCKS=RED_TARGET_BLOCKS, RED_MIN_CHUNK=RED_MIN_CHUNK,
