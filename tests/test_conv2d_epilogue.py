@@ -893,10 +893,7 @@ def test_halo_forward_takes_a_misaligned_input():
     """An input 4 bytes past an aligned address goes through the binding's aligned copy: the same bits as an aligned
     input, forward and every gradient, TF32 off and allowed."""
     model, new, shape = setup_problem(CASE["halo_ci16_w32_pad1_relu_bias_c"])
-    numel = 1
-    for s in shape:
-        numel *= s
-    x = torch.randn(numel + 1, device="cuda")[1:].view(shape)
+    x = torch.randn(math.prod(shape) + 1, device="cuda")[1:].view(shape)
     assert x.data_ptr() % 16 == 4
     g = torch.randn_like(model(x))
     for tf32 in (False, True):

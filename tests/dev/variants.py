@@ -41,9 +41,10 @@ CONV_NOFLUSH_TF32 = {
 }
 
 # Shipped in the twelfth session after an A/B on an H200 (docs/PERFORMANCE.md): conv_halo_unroll_tf32 (the forward /
-# grad_x tap loop unrolled with TF32 allowed), conv_wgrad_unroll_tf32 (grad_w's k steps unrolled by 4 with one tap
-# group) and conv_wgrad_vec_gz (grad_w copies gz 2 or 4 positions a cp.async); in the thirteenth, conv_round_vec4 (the
-# TF32 rounding pass over a staged chunk in float4s) and the patch conv_halo_vec16 (16-byte halo copies).
+# grad_x tap loop unrolled with TF32 allowed), conv_wgrad_unroll_tf32 (grad_w's k steps unrolled with one tap group;
+# by 2 shipped, by 4 spilled) and conv_wgrad_vec_gz (grad_w copies gz 2 or 4 positions a cp.async); in the
+# thirteenth, conv_round_vec4 (the TF32 rounding pass over a staged chunk in float4s) and the patch conv_halo_vec16
+# (16-byte halo copies).
 
 # With TF32 allowed, the halo forward asks for 3 CTAs an SM (80 registers a thread instead of up to 128: 24 warps an
 # SM instead of 16); Nsight (H200, twelfth session) found it issuing every other cycle with no dominant stall, so more
@@ -95,8 +96,8 @@ def diff_edits(text: str) -> dict[str, list[tuple[str, str]]]:
 
 # Larger prepared changes are kept as diffs (tests/dev/edits/NAME.diff, made with `git diff -- templates/...`); none
 # now: conv_train_fold_pool shipped in the eleventh session, conv_wgrad_vec_gz in the twelfth. Changes that add plan
-# fields are kept as `git apply` patches (tests/dev/edits/NAME.patch; none now, conv_halo_vec16 shipped in the
-# thirteenth session).
+# fields are kept as `git apply` patches (tests/dev/edits/NAME.patch: conv_fwd_warp64 waits to be timed;
+# conv_halo_vec16 shipped in the thirteenth session).
 EDITS: dict[str, dict[str, list[tuple[str, str]]]] = {
     "conv_noflush_tf32": CONV_NOFLUSH_TF32,
     "conv_fwd_halo_3ctas": CONV_FWD_HALO_3CTAS,
