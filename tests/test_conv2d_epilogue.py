@@ -175,6 +175,15 @@ _TABLE += [
     # the longest forward reduction (256 channels x 9 taps = NOFLUSH_K_MAX) that TF32 allowed accumulates unflushed
     ("halo_ci256_k3_noflush_tanh", 1, (1, 256, 9, 12), conv(256, 16, 3, padding=1), CONV_IN + ["return torch.tanh(x)"],
      [], {}),
+    # a 5x5 kernel's two chunks whose two buffers do not fit: one buffer, each chunk loaded after the last one's mmas
+    ("halo_ci16_k5_onestage_relu_bias_c", 2, (2, 16, 11, 20), conv(16, 64, 5, padding=2),
+     CONV_IN + ["x = torch.relu(x)", "return x + self.bias"], ["self.bias = nn.Parameter(torch.randn(64, 1, 1))"], {}),
+    # 3+ chunks: the halo forward's warps own all out channels (4 x 1 warps), with one buffer and a folded mean
+    ("halo_ci32_k5_wide_onestage_silu_mean_hw", 1, (2, 32, 14, 19), conv(32, 48, 5),
+     CONV_IN + ["x = F.silu(x)", "return x.mean(dim=(2, 3))"], [], {}),
+    # ... and with a folded max pooling
+    ("halo_ci24_wide_maxpool2_tanh", 1, (2, 24, 12, 16), conv(24, 16, 3, padding=1),
+     CONV_IN + ["x = F.max_pool2d(x, 2)", "return torch.tanh(x)"], [], {}),
 ]
 
 # After the convolution's program: 2-d pooling, reductions and views, each followed by a program (issue 9's stages).
@@ -343,7 +352,7 @@ def _random_conv(rng: random.Random, halo: bool = False) -> tuple[tuple[int, int
     halo forward takes (channels per group a multiple of 8, stride within the kernel)."""
     if halo:
         groups = rng.choice((1, 1, 2))
-        ci, co = groups * rng.choice((8, 8, 16)), groups * rng.choice((8, 16, 24, 32, 40))
+        ci, co = groups * rng.choice((8, 8, 16, 24, 32)), groups * rng.choice((8, 16, 24, 32, 40))
     elif rng.random() < 0.2:  # depthwise, channel multiplier 1..3
         ci = rng.randint(1, 24)
         groups, co = ci, ci * rng.randint(1, min(3, 72 // ci))
@@ -872,6 +881,34 @@ def test_halo_copies_16_bytes_where_rows_are_aligned():
     files = emit.generate(write_problem(CASE["halo_ci16_w32_pad1_relu_bias_c"])).files
     assert "aligned16(kgen_glue::check_input(x_in" in files["binding.cpp"]
     assert "halo_input_aligned<HaloF>(x)" in files["kernel.cu"] and "halo_input_aligned<HaloD>(gzsrc)" in files["kernel.cu"]
+
+
+def test_halo_forward_takes_one_buffer_where_two_do_not_fit():
+    """A 5x5 kernel on two 8-channel chunks for 64 out channels: two buffers (each chunk's halo and 25 taps of
+    weights) would pass HALO_SMEM_MAX, so the forward stages each chunk in one buffer instead of falling back to the
+    im2col GEMM; the template loads the next chunk after the current one's mmas."""
+    d = fam.derive(_spec(CASE["halo_ci16_k5_onestage_relu_bias_c"]))
+    h = d["HALO"]
+    assert h is not None and h["STAGES"] == 1 and d["CIG"] // h["CC"] == 2
+    assert h["SMEM_BYTES"] <= fam.HALO_SMEM_MAX < 2 * h["SMEM_BYTES"]
+    assert d["HALO_DX"]["STAGES"] == 2  # grad_x's weights are 16 channels wide: two buffers fit
+    kernel = emit.generate(write_problem(CASE["halo_ci16_k5_onestage_relu_bias_c"])).files["kernel.cu"]
+    assert "static constexpr int STAGES = 1;" in kernel
+    assert "if (Gm::STAGES == 1 && ch + 1 < Gm::NCH) load(ch + 1, 0);" in kernel
+
+
+def test_halo_forward_warps_own_every_out_channel_from_three_chunks():
+    """From HALO_WIDE_MIN_CHUNKS input-channel chunks on, the halo forward's CTA tile gives each warp all BN out
+    channels of 32 positions (4 x 1 warps, 128 threads); with fewer chunks, and in the im2col forward and grad_x, the
+    2 x 4 grid stays. The fold's lane count follows the halo tile's threads."""
+    wide = fam.derive(_spec(CASE["halo_ci32_k5_wide_onestage_silu_mean_hw"]))
+    assert (wide["HF"]["WARPS_M"], wide["HF"]["WARPS_N"], wide["HF"]["THREADS"]) == (4, 1, 128)
+    assert wide["F"]["WARPS_N"] == 2 and wide["D"]["WARPS_N"] == 2
+    assert wide["HALO"]["STAGES"] == 1 and wide["FUSED_REDUCE"]["LANES"] == 128 // 64
+    narrow = fam.derive(_spec(CASE["halo_ci16_w32_pad1_relu_bias_c"]))
+    assert (narrow["HF"]["WARPS_N"], narrow["HF"]["THREADS"]) == (2, 256)
+    kernel = emit.generate(write_problem(CASE["halo_ci32_k5_wide_onestage_silu_mean_hw"])).files["kernel.cu"]
+    assert "using TileH = Tile<128, 64, 4, 1," in kernel and "using TileF = Tile<128, 64, 4, 2," in kernel
 
 
 def test_tf32_halo_accumulates_unflushed_up_to_noflush_k_max():

@@ -320,12 +320,12 @@ def _pow2(n: int, lo: int, hi: int) -> int:
     return v
 
 
-def gemm_tile(rows: int, cols: int, max_rows: int = 128) -> dict:
+def gemm_tile(rows: int, cols: int, max_rows: int = 128, max_warps_n: int = 2) -> dict:
     """A CTA tile for a GEMM with `rows` x `cols` outputs: BM x BN (powers of two, BM 16..max_rows, BN 8..64), the
-    warp grid (at most 4 x 2 warps of MI m16 x NI n8 tiles) and the padded shared-memory row lengths (8 or 24 mod 32
-    floats, so a warp's fragment loads hit 32 banks)."""
+    warp grid (at most 4 x max_warps_n warps of MI m16 x NI n8 tiles) and the padded shared-memory row lengths (8 or
+    24 mod 32 floats, so a warp's fragment loads hit 32 banks)."""
     bm, bn = _pow2(rows, 16, max_rows), _pow2(cols, 8, 64)
-    wm, wn = min(4, bm // 16), min(2, bn // 8)
+    wm, wn = min(4, bm // 16), min(max_warps_n, bn // 8)
     lda = bm + 8
     ldb = bn + (16 if bn == 8 else 8)
     return dict(BM=bm, BN=bn, WARPS_M=wm, WARPS_N=wn, LDA=lda, LDB=ldb, THREADS=32 * wm * wn)
@@ -354,7 +354,8 @@ def _halo(cin: int, hin: int, win: int, cin_g: int, hout: int, wout: int, cout_g
     dilation; flip: weight tap (kh, kw) is w's (KH-1-kh, KW-1-kw) with its in / out channels swapped (grad_x as a
     convolution of gz). A CTA computes TH x TW output positions of one image; per chunk of HALO_CC input channels it
     stages the input rows / columns they read and the chunk's weights, double-buffered unless there is one chunk
-    (cin_g == HALO_CC: a 5x5 kernel on 8 channels then fits). None when it would not fit HALO_SMEM_MAX."""
+    (cin_g == HALO_CC: a 5x5 kernel on 8 channels then fits) or two buffers would not fit. None when one would not
+    fit HALO_SMEM_MAX."""
     th, tw, hh, hw, _ = _halo_window(tile["BM"], wout, k, stride, dil, 8)
     # 16-byte halo copies where every input row starts 16-byte aligned (win % 4 == 0): a CTA's first column iwb =
     # ow0 * SW - pad is pad's residue off alignment (ow0 is a multiple of TW, 8 or more), so rows are staged from LOFF
@@ -363,8 +364,13 @@ def _halo(cin: int, hin: int, win: int, cin_g: int, hout: int, wout: int, cout_g
     loff = (-pad[1]) % hv
     hrow = ceil_div(loff + hw, hv) * hv
     hcs = hh * hrow + (8 - hh * hrow % 32) % 32  # an A fragment: 4 channels x 8 positions, 32 distinct banks
-    stages = 1 if cin_g == HALO_CC else 2  # one chunk: nothing to prefetch behind it, so no second buffer
-    smem = stages * (HALO_CC * hcs + k[0] * k[1] * HALO_CC * tile["LDB"]) * 4
+    # one chunk: nothing to prefetch behind it, so no second buffer. Several chunks whose two buffers do not fit (large
+    # kernels: a 5x5 kernel's weights for 64 out channels take 57 KB a chunk) load each chunk after the previous one's
+    # mmas into one buffer; the SM's other CTAs cover the load. H200, TF32 allowed, Conv2d(16->64, 5, p2) on
+    # 64x16x192x192: the im2col GEMM it replaces took 2.87 ms, eager 2.27
+    stage = (HALO_CC * hcs + k[0] * k[1] * HALO_CC * tile["LDB"]) * 4
+    stages = 1 if cin_g == HALO_CC or 2 * stage > HALO_SMEM_MAX else 2
+    smem = stages * stage
     if smem > HALO_SMEM_MAX:
         return None
     # FLUSH_TF32: with TF32 allowed, the mmas accumulate on acc directly unless the reduction is long. The tensor core
@@ -379,6 +385,23 @@ def _halo(cin: int, hin: int, win: int, cin_g: int, hout: int, wout: int, cout_g
                 PH=pad[0], PW=pad[1], FLIP=flip, TH=th, TW=tw, HH=hh, HW=hw, HV=hv, LOFF=loff, HROW=hrow, HCS=hcs, CC=HALO_CC,
                 STAGES=stages, SMEM_BYTES=smem, FLUSH_TF32=cin_g * k[0] * k[1] > NOFLUSH_K_MAX,
                 TILES_H=ceil_div(hout, th), TILES_W=ceil_div(wout, tw), TAP_UNROLL=k[0] * k[1])
+
+
+HALO_WIDE_MIN_CHUNKS = 3  # the halo forward's warps own all BN out channels from this many input-channel chunks on
+
+
+def halo_tile(spec: Spec) -> dict:
+    """The halo forward's CTA tile: 128 positions x BN out channels like the im2col forward's (TileF), but from
+    HALO_WIDE_MIN_CHUNKS chunks of input channels on each warp owns all BN channels of 32 positions (4 x 1 warps, 128
+    threads: a 32 x 64 warp tile loads 1.5 shared floats a mma.sync instead of 2, and does half the epilogue's index
+    math an output). H200, forward ms, 2 x 4 warps -> 4 x 1 (fourteenth session), TF32 allowed: 3 chunks
+    (Conv2d(24->48, 3)) 0.602 -> 0.505; 4 (relu + bias) 0.881 -> 0.813, (32->32) 0.620 -> 0.444, (32->64, 5) 0.882 ->
+    0.810; 8 (64->64) 0.358 -> 0.306, the dilated (64->128) 0.964 -> 0.865; TF32 off: relu + bias 1.721 -> 1.702, 3
+    chunks 1.036 -> 0.893, 8 chunks 0.756 -> 0.721. With 2 chunks it went either way: Conv2d(16->64, 3, padding=1)
+    -3% or even, without padding (254-wide outputs) +23-30% (not understood), so fewer chunks keep 2 x 4 warps (one
+    chunk gained 3-10%: a candidate once the 2-chunk loss is understood)."""
+    chunks = spec.CI // spec.G // HALO_CC
+    return gemm_tile(1 << 20, spec.CO // spec.G, max_warps_n=1 if chunks >= HALO_WIDE_MIN_CHUNKS else 2)
 
 
 def halo_plan(spec: Spec, tile: dict) -> dict | None:
@@ -670,14 +693,15 @@ def derive(spec: Spec) -> dict:
     red_terms = ([bwd.result] if s.HAS_BIAS else []) + [grads[p.name] for p in s.params]
     red_outputs = ([dict(out="gb", scalar=False)] if s.HAS_BIAS else []) + \
         [dict(out=f"gp{i}", scalar=p.broadcast == "scalar") for i, p in enumerate(s.params)]
-    tiles = dict(F=gemm_tile(1 << 20, cog), D=gemm_tile(1 << 20, cig), WG=gemm_tile(cog, cig * s.KH * s.KW))
+    tiles = dict(F=gemm_tile(1 << 20, cog), HF=halo_tile(s), D=gemm_tile(1 << 20, cig),
+                 WG=gemm_tile(cog, cig * s.KH * s.KW))
     phases, phase_table = dgrad_phases(s, cog)
-    halo = halo_plan(s, tiles["F"])
+    halo = halo_plan(s, tiles["HF"])
     halo_dx = halo_dx_plan(s, tiles["D"])
     fold = fold_pool_backward(s)
     write_gz = bool(s.program.live()) or fold is not None  # gz in kgen's workspace; else the backward reads gy
     halo_w = halo_w_plan(s, not write_gz)
-    fpool = fused_pool(s, halo, tiles["F"])
+    fpool = fused_pool(s, halo, tiles["HF"])
     stages, first, nsaved = [], len(s.params), 1  # saved[0]: the conv's z
     for k, st in enumerate(s.stages, start=1):
         ctx = _stage_context(k, st, first)
@@ -690,7 +714,7 @@ def derive(spec: Spec) -> dict:
         stages.append(ctx)
         first += len(st.params)
     for key, t in tiles.items():
-        ctiles = ceil_div(cog if key == "F" else cig, t["BN"])
+        ctiles = ceil_div(cog if key in ("F", "HF") else cig, t["BN"])
         if key != "WG" and s.G * ctiles > 65535:
             raise Unsupported(f"groups={s.G} with {ctiles} channel tiles per group exceeds the grid's 65535 rows")
     return dict(
@@ -705,7 +729,7 @@ def derive(spec: Spec) -> dict:
         HALO=halo, HALO_DX=halo_dx, HALO_W=halo_w,
         # the halo loaders' 16-byte copies read x (forward) and, where grad_x reads it directly, grad_y aligned
         ALIGN16_X=bool(halo and halo["HV"] == 4), ALIGN16_GY=bool(halo_dx and halo_dx["HV"] == 4 and not write_gz),
-        FUSED_POOL=fpool, FUSED_REDUCE=fused_reduce(s, halo, tiles["F"]),
+        FUSED_POOL=fpool, FUSED_REDUCE=fused_reduce(s, halo, tiles["HF"]),
         dg_phases=phases, DG_MAX_PIXELS=max(ph["hp"] * ph["wp"] for ph in phases),
         params=[dict(c=f"p{i}", name=p.name, shape=list(p.shape)) for i, p in enumerate(all_params(s))],
         conv_params=[dict(c=f"p{i}", name=p.name, shape=list(p.shape)) for i, p in enumerate(s.params)],
@@ -715,7 +739,11 @@ def derive(spec: Spec) -> dict:
 
 
 def context(spec: Spec) -> dict:
-    return {**{k: v for k, v in vars(spec).items() if k not in ("program", "params", "stages")}, **derive(spec)}
+    fields = {k: v for k, v in vars(spec).items() if k not in ("program", "params", "stages")}
+    derived = derive(spec)
+    clash = sorted(fields.keys() & derived.keys())
+    assert not clash, f"derive() keys {clash} would shadow the spec's fields of the same names in the template context"
+    return {**fields, **derived}
 
 
 def _describe_stage(st: Stage) -> str:
@@ -763,8 +791,10 @@ def describe(spec: Spec) -> list[str]:
             f"Training saves z = conv(x) + bias only when the derived backward reads it ({'it does' if d['needs_z'] else 'it does not'} here).",
         ]
     h = d["HALO"]
-    how = (f"from halo tiles ({h['TH']}x{h['TW']} positions x {f['BN']} out channels a CTA, the input rows they read "
-           f"staged once per {h['CC']}-channel chunk, {h['STAGES']} buffer(s))" if h else
+    hf = d["HF"]
+    how = (f"from halo tiles ({h['TH']}x{h['TW']} positions x {hf['BN']} out channels a CTA of {hf['WARPS_M']}x"
+           f"{hf['WARPS_N']} warps, the input rows they read staged once per {h['CC']}-channel chunk, {h['STAGES']} "
+           f"buffer(s))" if h else
            f"an implicit GEMM (positions x {d['COG']} out channels x {d['KTOT']}) per group, {f['BM']}x{f['BN']} CTA tiles")
     return program + [
         f"forward: {how},",

@@ -51,10 +51,12 @@ CONV_NOFLUSH_TF32 = {
 # warps to pick from may raise its issue rate. Timed on an H200 (thirteenth session, TF32 allowed): relu + bias forward
 # 0.883 (no flush, 2 CTAs) -> 0.825 ms (torch.compile 0.834), but 4 bytes of spills on sm_90, and with the flush's
 # `part` still there 0.962 (96 bytes); the hardswish forward 1.127 -> 1.286 (its 2 chunks a CTA: the epilogue weighs
-# more). Not shipped: the spills, and a loss where chunks are few.
+# more). Not shipped: the spills, and a loss where chunks are few. Timed before the halo forward got its own tile
+# (fourteenth session); with 3+ chunks that tile has 128 threads, and 3 CTAs then cap registers at 170, about what
+# those kernels use (148-174), so the edit matters where chunks are fewer (256 threads, 80 registers) as timed.
 CONV_FWD_HALO_3CTAS = {
     "conv2d_epilogue/halo.cu.j2": [
-        ("__launch_bounds__(TileF::THREADS, 2) conv_forward_halo(", "__launch_bounds__(TileF::THREADS, X3 ? 2 : 3) conv_forward_halo(")],
+        ("__launch_bounds__(TileH::THREADS, 2) conv_forward_halo(", "__launch_bounds__(TileH::THREADS, X3 ? 2 : 3) conv_forward_halo(")],
 }
 
 EDITS_DIR = Path(__file__).resolve().parent / "edits"
@@ -96,8 +98,9 @@ def diff_edits(text: str) -> dict[str, list[tuple[str, str]]]:
 
 # Larger prepared changes are kept as diffs (tests/dev/edits/NAME.diff, made with `git diff -- templates/...`); none
 # now: conv_train_fold_pool shipped in the eleventh session, conv_wgrad_vec_gz in the twelfth. Changes that add plan
-# fields are kept as `git apply` patches (tests/dev/edits/NAME.patch: conv_fwd_warp64 waits to be timed;
-# conv_halo_vec16 shipped in the thirteenth session).
+# fields are kept as `git apply` patches (tests/dev/edits/NAME.patch); none now: conv_halo_vec16 shipped in the
+# thirteenth session, conv_fwd_warp64 in the fourteenth as the halo forward's own tile (halo_tile: 4 x 1 warps from
+# HALO_WIDE_MIN_CHUNKS input-channel chunks on).
 EDITS: dict[str, dict[str, list[tuple[str, str]]]] = {
     "conv_noflush_tf32": CONV_NOFLUSH_TF32,
     "conv_fwd_halo_3ctas": CONV_FWD_HALO_3CTAS,
