@@ -50,6 +50,15 @@ def check_family(module: Any) -> Any:
     return module
 
 
+def template_context(fields: Mapping[str, Any], derived: Mapping[str, Any]) -> dict[str, Any]:
+    """A family's template context: the spec's fields and the numbers derive() computed from them. A derived key that
+    shadowed a field of the same name would silently change the template (a tile named H once replaced the input
+    height), so a clash is a bug in the family."""
+    clash = sorted(fields.keys() & derived.keys())
+    assert not clash, f"derive() keys {clash} would shadow the spec's fields of the same names in the template context"
+    return {**fields, **derived}
+
+
 def attr_expr(path: str) -> str:
     """Python that reads the attribute at a qualified path from self (getattr for parts that are not identifiers)."""
     expr = "self"

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from kgen.errors import Unsupported
-from kgen.family import attr_expr, conv2d_default_init, holder_modules
+from kgen.family import attr_expr, conv2d_default_init, holder_modules, template_context
 from kgen.problem import Problem
 from kgen.geometry import ceil_div, conv_out_size, pool_out_size
 from kgen.ops import Op
@@ -233,7 +233,7 @@ def derive(spec: Spec) -> dict:
 
 
 def context(spec: Spec) -> dict:
-    return {**vars(spec), **derive(spec)}
+    return template_context(vars(spec), derive(spec))
 
 
 def describe(spec: Spec) -> list[str]:

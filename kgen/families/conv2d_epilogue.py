@@ -37,7 +37,7 @@ import torch.fx as fx
 import torch.nn as nn
 
 from kgen.errors import Unsupported
-from kgen.family import attr_expr, conv2d_default_init, holder_modules
+from kgen.family import attr_expr, conv2d_default_init, holder_modules, template_context
 from kgen.geometry import ceil_div, conv_out_size, pool_out_size, windows_disjoint
 from kgen.ops import Op, attribute, between, normalize, pointwise_program, where
 from kgen.pointwise import Names, Program, derive_backward, emit_backward, emit_forward
@@ -739,11 +739,8 @@ def derive(spec: Spec) -> dict:
 
 
 def context(spec: Spec) -> dict:
-    fields = {k: v for k, v in vars(spec).items() if k not in ("program", "params", "stages")}
-    derived = derive(spec)
-    clash = sorted(fields.keys() & derived.keys())
-    assert not clash, f"derive() keys {clash} would shadow the spec's fields of the same names in the template context"
-    return {**fields, **derived}
+    return template_context({k: v for k, v in vars(spec).items() if k not in ("program", "params", "stages")},
+                            derive(spec))
 
 
 def _describe_stage(st: Stage) -> str:
