@@ -108,12 +108,15 @@ def bench(
     csv: Optional[Path] = typer.Option(None, help="Append the results as rows to this CSV file."),
     per_call: bool = typer.Option(False, "--per-call", help="Also time one call per sample (as KernelBench times), "
                                   "beside the back-to-back timing."),
+    tf32: bool = typer.Option(False, "--tf32", help="Time every provider with TF32 allowed (cudnn/matmul allow_tf32: "
+                              "PyTorch's default for convolutions); default: TF32 off."),
 ) -> None:
     """Build, check correctness once, and time eager, torch.compile and kgen (forward, forward+backward)."""
     from kgen import bench as bench_mod
 
     with user_errors(f"check the path (--csv must be a writable file; for the build cache, {CACHE_HINT})"):
-        bench_mod.run(problem, warmup=warmup, reps=reps, with_compile=not no_compile, csv=csv, per_call=per_call)
+        bench_mod.run(problem, warmup=warmup, reps=reps, with_compile=not no_compile, csv=csv, per_call=per_call,
+                      tf32=tf32)
 
 
 def _cache_entries(root: Path) -> list[Path]:

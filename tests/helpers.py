@@ -89,6 +89,15 @@ def poison_cuda_allocator(numel: int) -> None:
     del junk
 
 
+def tf32_round(t: torch.Tensor) -> torch.Tensor:
+    """float32 rounded to TF32 (10 mantissa bits), to nearest with ties away from zero (cvt.rna.tf32.f32): add half
+    a TF32 ulp to the magnitude bits, clear the 13 low bits. Finite values rounding past the largest float become
+    inf, as in TF32; inf and NaN pass unchanged (the carry would corrupt a NaN)."""
+    t = t.float().contiguous()
+    rounded = ((t.view(torch.int32) + 0x1000) & -0x2000).view(torch.float32)
+    return torch.where(torch.isfinite(t), rounded, t)
+
+
 ACT_CODE = {
     "sigmoid": "torch.sigmoid(x)", "tanh": "torch.tanh(x)", "relu": "torch.relu(x)", "gelu": "F.gelu(x)",
     "gelu_tanh": "F.gelu(x, approximate='tanh')", "none": "x",

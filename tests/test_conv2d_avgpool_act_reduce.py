@@ -7,7 +7,7 @@ from kgen.errors import KgenError
 from kgen.families import conv2d_avgpool_act_reduce as fam
 from kgen.problem import load_problem
 from kgen.spec import match
-from tests.helpers import conv_problem, generate_module, poison_cuda_allocator, reference_and_new, write_problem
+from tests.helpers import conv_problem, generate_module, poison_cuda_allocator, reference_and_new, tf32_round, write_problem
 
 # (input shape, Conv2d kwargs, AvgPool2d kwargs, activation, reduction, extra problem options)
 CONFIGS = [
@@ -197,6 +197,87 @@ def test_forward_and_gradients_match_pytorch(cfg):
     rel = check(source(cfg))
     print(f"{ids(cfg)}: relative error vs float64 {rel:.2e}")
     assert rel < 1e-5
+
+
+class _TF32Gemm(torch.autograd.Function):
+    """bs @ w.T in float64 on TF32-rounded operands, and its backward as the kernels run it: the incoming gradient
+    (dpre) rounded to TF32 too, in both GEMMs (grad_w = dpre^T bs, dBs = dpre w)."""
+
+    @staticmethod
+    def forward(ctx, bs, w):
+        bs_t, w_t = tf32_round(bs).double(), tf32_round(w).double()
+        ctx.save_for_backward(bs_t, w_t)
+        return bs_t @ w_t.T
+
+    @staticmethod
+    def backward(ctx, g):
+        bs_t, w_t = ctx.saved_tensors
+        g_t = tf32_round(g).double()
+        return g_t @ w_t, g_t.T @ bs_t
+
+
+_ACT64 = {"sigmoid": torch.sigmoid, "tanh": torch.tanh, "relu": torch.relu, "gelu": torch.nn.functional.gelu,
+          "gelu_tanh": lambda v: torch.nn.functional.gelu(v, approximate="tanh"), "none": lambda v: v}
+
+
+def tf32_pool_first_reference(spec, x, w, b):
+    """The family's TF32-mode model in float64: pool first (the box sums Bs of x at each conv tap, exact), then the
+    positions x CO x K GEMM of TF32-rounded Bs and W/DIV (_TF32Gemm), bias * PKH*PKW/DIV, activation, sum/mean."""
+    F = torch.nn.functional
+    n, k = x.shape[0], spec.CI * spec.KH * spec.KW
+    cols = F.unfold(x, (spec.KH, spec.KW), dilation=(spec.DH, spec.DW), padding=(spec.PH, spec.PW), stride=(spec.SH, spec.SW))
+    d = fam.derive(spec)
+    ho = (spec.H + 2 * spec.PH - spec.DH * (spec.KH - 1) - 1) // spec.SH + 1
+    wo = (spec.W + 2 * spec.PW - spec.DW * (spec.KW - 1) - 1) // spec.SW + 1
+    bs = F.avg_pool2d(cols.view(n, k, ho, wo), (spec.PKH, spec.PKW), (spec.PSH, spec.PSW), divisor_override=1)
+    rows = bs.permute(0, 2, 3, 1).reshape(-1, k)
+    pre = _TF32Gemm.apply(rows, w.reshape(spec.CO, k) / spec.DIV).view(n, d["PHO"], d["PWO"], spec.CO)
+    if b is not None:
+        pre = pre + b * (spec.PKH * spec.PKW / spec.DIV)
+    y = _ACT64[spec.ACT](pre)
+    return y.sum(dim=(1, 2, 3)) if spec.REDUCE == "sum" else y.mean(dim=(1, 2, 3))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cfg", CONFIGS, ids=ids)
+def test_tf32_mode_matches_float64_of_tf32_rounded_operands(cfg):
+    """With cudnn.allow_tf32 the kernels run one TF32 pass: their GEMMs multiply TF32-rounded box sums and W/DIV (and,
+    backward, the rounded dpre), accumulating in float32. Forward within 1e-4 of that model in float64; the gradients
+    within 1e-3 (the kernel rounds dpre from its float32 value, the reference from float64: they may land one TF32 ulp,
+    2^-10 relative, apart). Both modes are bit-identical from run to run, and the modes differ (the flag is read)."""
+    model, new, ns, user = reference_and_new(source(cfg))
+    spec = match(load_problem(write_problem(source(cfg))))[1]
+    with torch.device("meta"):
+        shape = user["get_inputs"]()[0].shape
+    torch.manual_seed(3)
+    x = torch.rand(shape, device="cuda", requires_grad=True)
+    conv = model.conv
+    x64 = x.detach().double().requires_grad_(True)
+    w64 = conv.weight.detach().double().requires_grad_(True)
+    b64 = conv.bias.detach().double().requires_grad_(True) if conv.bias is not None else None
+    y64 = tf32_pool_first_reference(spec, x64, w64, b64)
+    allow = torch.backends.cudnn.allow_tf32
+    runs = {}
+    try:
+        for tf32 in (True, True, False):
+            torch.backends.cudnn.allow_tf32 = tf32
+            for t in (x, *new.parameters()):
+                t.grad = None
+            poison_cuda_allocator(4 * x.numel() + 4096)
+            y = new(x)
+            g = torch.linspace(0.5, 1.5, y.numel(), device="cuda").view(y.shape)
+            y.backward(g)
+            runs.setdefault(tf32, []).append([y.detach()] + [t.grad.clone() for t in (x, *new.parameters())])
+    finally:
+        torch.backends.cudnn.allow_tf32 = allow
+    y, gx, *gp = runs[True][0]
+    torch.testing.assert_close(y.double().view(-1), y64, atol=1e-4, rtol=1e-4)
+    y64.backward(g.double().view(-1))
+    torch.testing.assert_close(gx.double(), x64.grad, atol=1e-3, rtol=1e-3)
+    for got, want, name in zip(gp, [w64.grad, b64.grad if b64 is not None else None], ["weight", "bias"]):
+        torch.testing.assert_close(got.double(), want, atol=1e-3, rtol=1e-3, msg=lambda m: f"grad {name}: {m}")
+    assert all(torch.equal(a, b) for a, b in zip(runs[True][0], runs[True][1])), "TF32 mode is not bit-identical run to run"
+    assert not torch.equal(runs[True][0][1], runs[False][0][1]), "grad x is the same in both modes: the TF32 flag was not read"
 
 
 @pytest.mark.gpu

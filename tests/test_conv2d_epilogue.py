@@ -32,7 +32,7 @@ from kgen.pointwise import reference_forward
 from kgen.problem import load_problem
 from kgen.spec import match
 from tests.families import setup_problem
-from tests.helpers import REPO, conv_problem, poison_cuda_allocator, write_problem
+from tests.helpers import REPO, conv_problem, poison_cuda_allocator, tf32_round, write_problem
 
 NAME = "conv2d_epilogue"
 CONV_ARGS = ("in_channels", "out_channels", "kernel_size")
@@ -633,15 +633,6 @@ def test_random_problem_spec_and_program_match_the_model(i):
 def test_random_draws_are_valid_pytorch(seed):
     model, x, y = _meta_run(random_problem(random.Random(seed)))
     assert y.numel() >= 1
-
-
-def tf32_round(t: torch.Tensor) -> torch.Tensor:
-    """float32 rounded to TF32 (10 mantissa bits), to nearest with ties away from zero (cvt.rna.tf32.f32): add half
-    a TF32 ulp to the magnitude bits, clear the 13 low bits. Finite values rounding past the largest float become
-    inf, as in TF32; inf and NaN pass unchanged (the carry would corrupt a NaN)."""
-    t = t.float().contiguous()
-    rounded = ((t.view(torch.int32) + 0x1000) & -0x2000).view(torch.float32)
-    return torch.where(torch.isfinite(t), rounded, t)
 
 
 def test_dev_template_edits_still_apply(tmp_path):

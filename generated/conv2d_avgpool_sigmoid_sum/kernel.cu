@@ -1,8 +1,10 @@
-// kgen: fused Conv2d -> AvgPool2d -> sigmoid -> sum over [C,H,W]  (kgen_conv2d_avgpool_act_reduce_03817910)
+// kgen: fused Conv2d -> AvgPool2d -> sigmoid -> sum over [C,H,W]  (kgen_conv2d_avgpool_act_reduce_ee56cce1)
 // Pool-first: conv followed by avg-pool is one linear map, so each pooled output is
 //   pre[n,co,ph,pw] = bias[co] + sum_k (W[co,k]/DIV) * Bs[n,ph,pw,k]   (k = ci*KH*KW + ky*KW + kx)
 // where Bs is a PKH x PKW box sum of the (zero-padded) input at the conv tap offsets.
-// The per-tile GEMM (positions x CO x K) runs on tensor cores in 3xTF32 (fp32-level accuracy).
+// The per-tile GEMM (positions x CO x K) runs on tensor cores in 3xTF32 (fp32-level accuracy) when the caller passes
+// tf32 = 0 (torch.backends.cudnn.allow_tf32 off), else in one TF32 pass on the rounded operands, as cuDNN: every kernel
+// is a template on X3, both instantiations built.
 // Two paths, chosen by the build: KGEN_SM90=1 (every target arch >= 9.0) reduces the forward's per-sample partial
 // sums through thread-block clusters; KGEN_SM90=0 (sm_80/86/89) writes them to the workspace and adds them in a
 // second small kernel. Both are deterministic (fixed summation order).
@@ -93,7 +95,7 @@ struct Identity {
 
 #endif  // KGEN_ACTIVATION_CUH
 
-namespace kgen_conv2d_avgpool_act_reduce_03817910_ns {
+namespace kgen_conv2d_avgpool_act_reduce_ee56cce1_ns {
 
 // ---- 3xTF32 tensor-core helpers (mma.sync m16n8k8, fp32-level accuracy) ----
 // a = hi + lo with hi = rna(a) in tf32; lo is passed raw (the tensor core ignores its low 13 bits).
@@ -117,6 +119,12 @@ __device__ __forceinline__ void kg_mma3(float (&c)[4], const KgAFrag& a, const K
     kg_mma(c, a.l[0], a.l[1], a.l[2], a.l[3], b.h[0], b.h[1]);
     kg_mma(c, a.h[0], a.h[1], a.h[2], a.h[3], b.l[0], b.l[1]);
     kg_mma(c, a.h[0], a.h[1], a.h[2], a.h[3], b.h[0], b.h[1]);
+}
+// X3: 3xTF32 as above; else one TF32 product of the rounded operands (the hi parts), as cuDNN with TF32 allowed
+template <bool X3>
+__device__ __forceinline__ void kg_mma_x(float (&c)[4], const KgAFrag& a, const KgBFrag& b) {
+    if constexpr (X3) kg_mma3(c, a, b);
+    else kg_mma(c, a.h[0], a.h[1], a.h[2], a.h[3], b.h[0], b.h[1]);
 }
 
 // ---------------- compile-time problem description ----------------
@@ -411,8 +419,8 @@ __device__ __forceinline__ void stage_chunk(const float* x, const float* w, floa
 }
 
 // ---------------- tensor-core GEMM pieces (conv2d_avgpool_act_reduce/gemm.cuh) ----------------
-// m16n8k8 fragment loaders from shared memory and GEMM1 (box sums x W^T), in 3xTF32. Plain CUDA, included by
-// kernel.cu.j2 after the problem constants it reads.
+// m16n8k8 fragment loaders from shared memory and GEMM1 (box sums x W^T), in 3xTF32 (X3) or one TF32 pass. Plain
+// CUDA, included by kernel.cu.j2 after the problem constants it reads.
 
 // c = 0 (every element; fully unrolled)
 template <int A, int B>
@@ -463,8 +471,9 @@ __device__ __forceinline__ void load_b(KgBFrag& b, const float4 v) {
 }
 
 // GEMM1: acc[i][j] (m-tile mt0+NW*i, n-tile j of channel pass co0) += As * Ws^T over this K chunk; W as staged by
-// stage_weights<WF>. The three 3xTF32 products are three passes over the m-tiles, so their mma chains interleave.
-template <int MT, int MTW, bool WF>
+// stage_weights<WF>. X3: the three 3xTF32 products are three passes over the m-tiles, so their mma chains
+// interleave; else only the last pass (the product of the TF32-rounded operands).
+template <int MT, int MTW, bool WF, bool X3>
 __device__ __forceinline__ void gemm1(const float* As, const float* Ws, int co0, int mt0, float (&acc)[MTW][NT8][4]) {
     const int warp = mt0, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 #pragma unroll
@@ -481,12 +490,14 @@ __device__ __forceinline__ void gemm1(const float* As, const float* Ws, int co0,
             if constexpr (WF)
                 load_b(b, reinterpret_cast<const float4*>(Ws)[(ks * (CO_ALL / 8) + co0 / 8 + j) * 32 + lane]);
             else load_b<1>(b, Ws + (co0 + j * 8 + g) * KP + ks * 8 + t);
+            if constexpr (X3) {
 #pragma unroll
-            for (int i = 0; i < MTW; ++i)
-                if (warp + NW * i < MT) kg_mma(acc[i][j], a[i].l[0], a[i].l[1], a[i].l[2], a[i].l[3], b.h[0], b.h[1]);
+                for (int i = 0; i < MTW; ++i)
+                    if (warp + NW * i < MT) kg_mma(acc[i][j], a[i].l[0], a[i].l[1], a[i].l[2], a[i].l[3], b.h[0], b.h[1]);
 #pragma unroll
-            for (int i = 0; i < MTW; ++i)
-                if (warp + NW * i < MT) kg_mma(acc[i][j], a[i].h[0], a[i].h[1], a[i].h[2], a[i].h[3], b.l[0], b.l[1]);
+                for (int i = 0; i < MTW; ++i)
+                    if (warp + NW * i < MT) kg_mma(acc[i][j], a[i].h[0], a[i].h[1], a[i].h[2], a[i].h[3], b.l[0], b.l[1]);
+            }
 #pragma unroll
             for (int i = 0; i < MTW; ++i)
                 if (warp + NW * i < MT) kg_mma(acc[i][j], a[i].h[0], a[i].h[1], a[i].h[2], a[i].h[3], b.h[0], b.h[1]);
@@ -529,6 +540,8 @@ __device__ __forceinline__ float fwd_act_sum(float tsum, const float (&acc)[F_MT
 // cl == 1: the block writes out[img]. Otherwise the cl partial sums are added in rank order (deterministic):
 // sm_90: by rank 0 of the image's thread-block cluster, through distributed shared memory (one launch);
 // sm_80: each block stores its sum to fpart[img * cl + rank] and fwd_finish_kernel adds them.
+// X3: 3xTF32 (TF32 off); else one TF32 pass (torch.backends.cudnn.allow_tf32).
+template <bool X3>
 __global__ void __launch_bounds__(NT, F_MINB)
 fwd_kernel(const float* __restrict__ x, const float* __restrict__ w, const float* __restrict__ b,
            float* __restrict__ out, float* __restrict__ fpart, int cl) {
@@ -553,7 +566,7 @@ fwd_kernel(const float* __restrict__ x, const float* __restrict__ w, const float
             for (int ch = 0; ch < NCHUNK; ++ch) {
                 if (NCHUNK > 1 || cc == 0)
                     stage_chunk<F_EW, F_M, F_MPAD, 1, FWD_WFRAG>(x, w, Ws, As, img, ch, ph0, pw0);
-                gemm1<F_MT, F_MTW, FWD_WFRAG>(As, Ws, cc * COCH, warp, acc);
+                gemm1<F_MT, F_MTW, FWD_WFRAG, X3>(As, Ws, cc * COCH, warp, acc);
             }
             tsum = fwd_act_sum(tsum, acc, bias_s, cc, ph0, pw0, warp, g, t);
         }
@@ -631,6 +644,7 @@ __device__ __forceinline__ void bwd_mark_core(float* mask, const BwdTile& tile) 
 // Stages each K chunk (barrier, W and box sums, barrier) before its first use.
 // Without K chunks, one m-tile per sweep (NT8 x 4 accumulators live, not B_MTW x NT8 x 4: the pair spills
 // at 128 registers on some shapes); with K chunks the accumulators must outlive each chunk's box sums.
+template <bool X3>
 __device__ __forceinline__ void bwd_dpre(const float* x, const float* w, const BwdSmem& s, const BwdTile& tile,
                                          float gval, int warp, int g, int t) {
     constexpr int G1_SWEEPS = NCHUNK == 1 ? B_MTW : 1, G1_MTW = NCHUNK == 1 ? 1 : B_MTW;
@@ -643,7 +657,7 @@ __device__ __forceinline__ void bwd_dpre(const float* x, const float* w, const B
                 if ((NCHUNK > 1 || cc == 0) && sweep == 0)
                     stage_chunk<B_EW, B_M, B_MPAD, BSU, false>(x, w, s.Ws, s.As, tile.img, ch, tile.ph_base,
                                                                tile.pw_base);
-                gemm1<B_MT, G1_MTW, false>(s.As, s.Ws, cc * COCH, warp + NW * sweep, acc);
+                gemm1<B_MT, G1_MTW, false, X3>(s.As, s.Ws, cc * COCH, warp + NW * sweep, acc);
             }
 #pragma unroll
             for (int i = 0; i < G1_MTW; ++i) {
@@ -693,13 +707,15 @@ __device__ __forceinline__ void bwd_grad_b(const BwdSmem& s, float* part_b, bool
 // Phase 4, grad_w partial of K chunk ch: this block's slice dW[co][kk] += sum_m dpre[m][co]*mask[m] * As[m][kk], a
 // CO_ALL x KC8 GEMM over the 8-position steps that hold core positions (DW_MS0 .. DW_MS1), in 3xTF32. The chunk is
 // given by its first input channel ci0 = ch * CI_CHUNK and its offset koff = ch * CI_CHUNK * KK in a row of the
-// slice; element (co, kk) is real (not padding) where co < CO && kk < KC && ci0 + kk / KK < CI.
+// slice; element (co, kk) is real (not padding) where co < CO && kk < KC && ci0 + kk / KK < CI. (3xTF32 where X3,
+// else one TF32 pass: every GEMM phase below takes X3)
 constexpr int DW_MT = CO_ALL / 16, DW_NT = KN8;   // its m-tiles (channels) and n-tiles (k)
 constexpr bool DW_WARP_GRID = NW % DW_MT == 0;    // NW / DW_MT warps per channel m-tile, else tiles dealt to warps
 
 // dW with each warp on one channel m-tile and every (NW/DW_MT)-th n-tile: the A fragment (dpre) is loaded once per
 // position step for all its n-tiles. The slice's previous values are loaded before the mma loop (their latency hides
 // under it).
+template <bool X3>
 __device__ __forceinline__ void grad_w_warp_grid(const BwdSmem& s, float* mypart, int ci0, size_t koff, bool first,
                                                  int warp, int g, int t) {
     constexpr int WPM = DW_WARP_GRID ? NW / DW_MT : 1;   // (1 where this variant is unused: no division by 0)
@@ -736,7 +752,7 @@ __device__ __forceinline__ void grad_w_warp_grid(const BwdSmem& s, float* mypart
             if (DW_NT % WPM != 0 && nj >= DW_NT) continue;
             KgBFrag bf;
             load_b<KP>(bf, s.As + (m0 + t) * KP + nj * 8 + g);
-            kg_mma3(c[q], a, bf);
+            kg_mma_x<X3>(c[q], a, bf);
         }
     }
 #pragma unroll
@@ -756,6 +772,7 @@ __device__ __forceinline__ void grad_w_warp_grid(const BwdSmem& s, float* mypart
 }
 
 // dW with the DW_MT x DW_NT output tiles dealt to the warps in turn (channel counts where NW % DW_MT != 0)
+template <bool X3>
 __device__ __forceinline__ void grad_w_tile_list(const BwdSmem& s, float* mypart, int ci0, size_t koff, bool first,
                                                  int warp, int g, int t) {
     constexpr int DW_TILES = DW_MT * DW_NT, DW_PER = (DW_TILES + NW - 1) / NW;
@@ -774,7 +791,7 @@ __device__ __forceinline__ void grad_w_tile_list(const BwdSmem& s, float* mypart
             load_a<1, CP>(a, s.Dp + (m0 + t) * CP + mi * 16 + g, mk0, mk1);
             KgBFrag bf;
             load_b<KP>(bf, s.As + (m0 + t) * KP + nj * 8 + g);
-            kg_mma3(c[q], a, bf);
+            kg_mma_x<X3>(c[q], a, bf);
         }
     }
 #pragma unroll
@@ -797,6 +814,7 @@ __device__ __forceinline__ void grad_w_tile_list(const BwdSmem& s, float* mypart
 // Phase 5, GEMM3: dBs[m][kk] = sum_co dpre[m][co] * Ws[co][kk], written over As (the caller's barrier comes first:
 // grad_w reads As). One m-tile at a time, so only KN8 x 4 accumulators are live (both m-tiles' at once spill at 128
 // registers on some shapes).
+template <bool X3>
 __device__ __forceinline__ void bwd_dbs(const BwdSmem& s, int warp, int g, int t) {
 #pragma unroll 1
     for (int i = 0; i < B_MTW; ++i) {
@@ -812,7 +830,7 @@ __device__ __forceinline__ void bwd_dbs(const BwdSmem& s, int warp, int g, int t
             for (int j = 0; j < KN8; ++j) {
                 KgBFrag bf;
                 load_b<KP>(bf, s.Ws + (ks * 8 + t) * KP + j * 8 + g);
-                kg_mma3(acc3[j], a, bf);
+                kg_mma_x<X3>(acc3[j], a, bf);
             }
         }
         const int m = mt * 16 + g;
@@ -1003,6 +1021,7 @@ __device__ __forceinline__ void bwd_grad_x(float* grad_x, const float* As, const
 // recompute pre (GEMM1) on core+halo, dpre -> smem; grad_b and grad_w partials (core positions only) accumulated in
 // this block's workspace slice (read-modify-write by its owner thread: deterministic); dBs = dpre * W/DIV (GEMM3)
 // -> smem; grad_x gathered for the input pixels owned by the core tile (coalesced, race-free writes).
+template <bool X3>
 __global__ void __launch_bounds__(NT, B_MINB)
 bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const float* __restrict__ w,
            const float* __restrict__ b, float* __restrict__ grad_x, float* __restrict__ part,
@@ -1031,7 +1050,7 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
         const float gval = reduce_finish(__ldg(gout + tile.img));   // the gradient at each summed value
         __syncthreads();                               // the previous tile is done with the shared memory
         bwd_mark_core(s.mask, tile);                   // phase 1
-        bwd_dpre(x, w, s, tile, gval, warp, g, t);     // phase 2 (stages the box sums: its own barriers)
+        bwd_dpre<X3>(x, w, s, tile, gval, warp, g, t);  // phase 2 (stages the box sums: its own barriers)
         __syncthreads();
         if (want_wb) bwd_grad_b(s, mypart + CO * KTOT, first);   // phase 3, into the grad_b end of the slice
         for (int ch = 0; ch < NCHUNK; ++ch) {
@@ -1041,12 +1060,12 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
             if (want_wb) {                             // phase 4
                 const int ci0 = ch * CI_CHUNK;
                 const size_t koff = (size_t)ch * CI_CHUNK * KK;
-                if constexpr (DW_WARP_GRID) grad_w_warp_grid(s, mypart, ci0, koff, first, warp, g, t);
-                else grad_w_tile_list(s, mypart, ci0, koff, first, warp, g, t);
+                if constexpr (DW_WARP_GRID) grad_w_warp_grid<X3>(s, mypart, ci0, koff, first, warp, g, t);
+                else grad_w_tile_list<X3>(s, mypart, ci0, koff, first, warp, g, t);
             }
             if (grad_x != nullptr) {
                 __syncthreads();   // dBs overwrites As, which grad_w reads
-                bwd_dbs(s, warp, g, t);                // phase 5
+                bwd_dbs<X3>(s, warp, g, t);            // phase 5
                 __syncthreads();
                 bwd_grad_x(grad_x, s.As, tile, ch);    // phase 6
             }
@@ -1070,13 +1089,27 @@ wb_reduce_kernel(const float* __restrict__ part, int G, float* __restrict__ gw, 
 }
 
 // ---------------- host: launch configuration ----------------
-// Launch facts of one device (SM count, resident blocks per SM of each kernel), looked up once per device id for
-// the device current at the call: a process using several GPUs gets one entry each.
-struct DevInfo { int sms; int fwd_per_sm; int bwd_per_sm; };
+// Launch facts of one device (SM count, resident blocks per SM of each kernel, indexed by tf32: [0] the 3xTF32
+// kernels, [1] the one-pass TF32 ones), looked up once per device id for the device current at the call: a process
+// using several GPUs gets one entry each.
+struct DevInfo { int sms; int fwd_per_sm[2]; int bwd_per_sm[2]; };
 constexpr int MAX_DEVICES = 64;
 static DevInfo g_dev[MAX_DEVICES];
 static std::atomic<bool> g_dev_ready[MAX_DEVICES];
 static std::mutex g_dev_mutex;
+
+// The shared-memory opt-in and the resident blocks per SM of one instantiation (at least 1 each)
+template <bool X3>
+static cudaError_t kernel_facts(int* fwd_per_sm, int* bwd_per_sm) {
+    cudaError_t e;
+    if ((e = cudaFuncSetAttribute(fwd_kernel<X3>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)F_SMEM)) != cudaSuccess) return e;
+    if ((e = cudaFuncSetAttribute(bwd_kernel<X3>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)B_SMEM)) != cudaSuccess) return e;
+    if ((e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(fwd_per_sm, fwd_kernel<X3>, NT, F_SMEM)) != cudaSuccess) return e;
+    if ((e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(bwd_per_sm, bwd_kernel<X3>, NT, B_SMEM)) != cudaSuccess) return e;
+    *fwd_per_sm = *fwd_per_sm < 1 ? 1 : *fwd_per_sm;
+    *bwd_per_sm = *bwd_per_sm < 1 ? 1 : *bwd_per_sm;
+    return cudaSuccess;
+}
 
 static cudaError_t dev_info(const DevInfo** out) {
     int dev = 0;
@@ -1086,15 +1119,11 @@ static cudaError_t dev_info(const DevInfo** out) {
     if (!g_dev_ready[dev].load(std::memory_order_acquire)) {
         std::lock_guard<std::mutex> lock(g_dev_mutex);
         if (!g_dev_ready[dev].load(std::memory_order_relaxed)) {
-            DevInfo d = {0, 0, 0};
-            if ((e = cudaFuncSetAttribute(fwd_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)F_SMEM)) != cudaSuccess) return e;
-            if ((e = cudaFuncSetAttribute(bwd_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)B_SMEM)) != cudaSuccess) return e;
+            DevInfo d = {0, {0, 0}, {0, 0}};
             if ((e = cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess) return e;
-            if ((e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&d.fwd_per_sm, fwd_kernel, NT, F_SMEM)) != cudaSuccess) return e;
-            if ((e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&d.bwd_per_sm, bwd_kernel, NT, B_SMEM)) != cudaSuccess) return e;
+            if ((e = kernel_facts<true>(&d.fwd_per_sm[0], &d.bwd_per_sm[0])) != cudaSuccess) return e;
+            if ((e = kernel_facts<false>(&d.fwd_per_sm[1], &d.bwd_per_sm[1])) != cudaSuccess) return e;
             d.sms = d.sms < 1 ? 1 : d.sms;
-            d.fwd_per_sm = d.fwd_per_sm < 1 ? 1 : d.fwd_per_sm;
-            d.bwd_per_sm = d.bwd_per_sm < 1 ? 1 : d.bwd_per_sm;
             g_dev[dev] = d;
             g_dev_ready[dev].store(true, std::memory_order_release);
         }
@@ -1104,8 +1133,8 @@ static cudaError_t dev_info(const DevInfo** out) {
 }
 
 // Blocks per sample of the forward (1..CL_MAX): minimise waves x tiles-per-block.
-static int fwd_split(int64_t n, const DevInfo& d) {
-    const long long slots = (long long)d.sms * d.fwd_per_sm;
+static int fwd_split(int64_t n, const DevInfo& d, int tf32) {
+    const long long slots = (long long)d.sms * d.fwd_per_sm[tf32];
     int cl = 1;
     long long best = -1;
     for (int c = 1; c <= CL_MAX; ++c) {
@@ -1118,16 +1147,18 @@ static int fwd_split(int64_t n, const DevInfo& d) {
 
 // Blocks of the persistent backward kernel: one full wave (every SM filled), fewer when there are fewer tiles.
 // grad_w/grad_b add the blocks' partials in block order: bit-identical from run to run on one device.
-static long long bwd_grid(int64_t n, const DevInfo& d) {
-    const long long tiles = (long long)n * B_TILES, wave = (long long)d.sms * d.bwd_per_sm;
+static long long bwd_grid(int64_t n, const DevInfo& d, int tf32) {
+    const long long tiles = (long long)n * B_TILES, wave = (long long)d.sms * d.bwd_per_sm[tf32];
     return tiles < wave ? tiles : wave;
 }
-}  // namespace kgen_conv2d_avgpool_act_reduce_03817910_ns
+}  // namespace kgen_conv2d_avgpool_act_reduce_ee56cce1_ns
 
 // Workspace bytes the forward (backward == 0) or the backward (backward != 0) needs at batch n on the current
-// device. Uninitialised memory is fine: every float the kernels read back was written earlier in the same call.
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_03817910_workspace_bytes(int64_t n, int backward, size_t* bytes) {
-    using namespace kgen_conv2d_avgpool_act_reduce_03817910_ns;
+// device, in TF32 mode tf32 (0: 3xTF32, 1: one TF32 pass; the launch must pass the same). Uninitialised memory is
+// fine: every float the kernels read back was written earlier in the same call.
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_ee56cce1_workspace_bytes(int64_t n, int backward, int tf32, size_t* bytes) {
+    using namespace kgen_conv2d_avgpool_act_reduce_ee56cce1_ns;
+    tf32 = tf32 ? 1 : 0;
     *bytes = 0;
     if (n <= 0) return cudaSuccess;
     if (!backward) {
@@ -1139,18 +1170,20 @@ extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_03817910_workspace_bytes(i
     const DevInfo* d = nullptr;
     const cudaError_t e = dev_info(&d);
     if (e != cudaSuccess) return e;
-    *bytes = (size_t)bwd_grid(n, *d) * PART * sizeof(float);   // one grad_w/grad_b partial per block
+    *bytes = (size_t)bwd_grid(n, *d, tf32) * PART * sizeof(float);   // one grad_w/grad_b partial per block
     return cudaSuccess;
 }
 
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_03817910_forward(const float* x, const float* w, const float* b, float* out,
-                                         void* workspace, int64_t n, cudaStream_t stream) {
-    using namespace kgen_conv2d_avgpool_act_reduce_03817910_ns;
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_ee56cce1_forward(const float* x, const float* w, const float* b, float* out,
+                                         void* workspace, int64_t n, int tf32, cudaStream_t stream) {
+    using namespace kgen_conv2d_avgpool_act_reduce_ee56cce1_ns;
     if (n <= 0) return cudaSuccess;
+    tf32 = tf32 ? 1 : 0;
     const DevInfo* d = nullptr;
     cudaError_t e = dev_info(&d);
     if (e != cudaSuccess) return e;
-    const int cl = fwd_split(n, *d);
+    const int cl = fwd_split(n, *d, tf32);
+    const auto kernel = tf32 ? fwd_kernel<false> : fwd_kernel<true>;
     float* fpart = static_cast<float*>(workspace);
 #if KGEN_SM90
     cudaLaunchConfig_t cfg = {};
@@ -1165,10 +1198,10 @@ extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_03817910_forward(const flo
     attr[0].val.clusterDim.z = 1;
     cfg.attrs = attr;
     cfg.numAttrs = 1;
-    e = cudaLaunchKernelEx(&cfg, fwd_kernel, x, w, b, out, fpart, cl);
+    e = cudaLaunchKernelEx(&cfg, kernel, x, w, b, out, fpart, cl);
     if (e != cudaSuccess) return e;
 #else
-    fwd_kernel<<<(unsigned)((long long)n * cl), NT, F_SMEM, stream>>>(x, w, b, out, fpart, cl);
+    kernel<<<(unsigned)((long long)n * cl), NT, F_SMEM, stream>>>(x, w, b, out, fpart, cl);
     if (cl > 1) {
         if ((e = cudaGetLastError()) != cudaSuccess) return e;
         fwd_finish_kernel<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(fpart, cl, (long long)n, out);
@@ -1177,10 +1210,11 @@ extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_03817910_forward(const flo
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_03817910_backward(const float* grad_out, const float* x, const float* w, const float* b,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_ee56cce1_backward(const float* grad_out, const float* x, const float* w, const float* b,
                                           float* grad_x, float* grad_w, float* grad_b, void* workspace,
-                                          int64_t n, cudaStream_t stream) {
-    using namespace kgen_conv2d_avgpool_act_reduce_03817910_ns;
+                                          int64_t n, int tf32, cudaStream_t stream) {
+    using namespace kgen_conv2d_avgpool_act_reduce_ee56cce1_ns;
+    tf32 = tf32 ? 1 : 0;
     const int want_wb = (grad_w != nullptr || grad_b != nullptr) ? 1 : 0;
     float* part = static_cast<float*>(workspace);
     cudaError_t e;
@@ -1188,9 +1222,10 @@ extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_03817910_backward(const fl
     if (n > 0 && (want_wb || grad_x != nullptr)) {
         const DevInfo* d = nullptr;
         if ((e = dev_info(&d)) != cudaSuccess) return e;
-        G = bwd_grid(n, *d);
-        bwd_kernel<<<(unsigned)G, NT, B_SMEM, stream>>>(grad_out, x, w, b, grad_x, part, (long long)n * B_TILES,
-                                                        (int)G, want_wb);
+        G = bwd_grid(n, *d, tf32);
+        const auto kernel = tf32 ? bwd_kernel<false> : bwd_kernel<true>;
+        kernel<<<(unsigned)G, NT, B_SMEM, stream>>>(grad_out, x, w, b, grad_x, part, (long long)n * B_TILES, (int)G,
+                                                    want_wb);
         if ((e = cudaGetLastError()) != cudaSuccess) return e;
     }
     if (want_wb) {   // G == 0 (empty batch): zeros

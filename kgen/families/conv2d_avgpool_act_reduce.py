@@ -10,7 +10,9 @@ Scope:
 A chain that matches only partly is refused naming the first op that breaks the pattern.
 
 Conv then average pool is one linear map, so the kernels pool first (a box sum of the input at each conv tap) and
-run the remaining skinny GEMM (positions x out_channels x in_channels*KH*KW) on tensor cores in 3xTF32.
+run the remaining skinny GEMM (positions x out_channels x in_channels*KH*KW) on tensor cores: 3xTF32 (float32
+accuracy) when torch.backends.cudnn.allow_tf32 is off, one TF32 pass on the rounded operands when it is allowed (as
+cuDNN; PyTorch's default), read at each call. Every kernel is a template on that choice; both are built.
 """
 
 from __future__ import annotations
@@ -243,8 +245,9 @@ def describe(spec: Spec) -> list[str]:
         "Conv2d then AvgPool2d is one linear map: each pooled pre-activation is bias*PKH*PKW/DIV + (1/DIV) * W . Bs, where",
         f"Bs is the {spec.PKH}x{spec.PKW} box sum of the input at each conv tap. forward: each block forms Bs for a",
         f"{t9['TPH']}x{t9['TPW']} tile of pooled positions (sm_80/86/89: {t8['TPH']}x{t8['TPW']}) in shared memory straight from x,",
-        f"runs the positions x {spec.CO} x {spec.CI * spec.KH * spec.KW} GEMM on tensor cores in 3xTF32 (fp32 accuracy), applies",
-        f"{spec.ACT} and reduces; the blocks of one sample add their partial sums in a fixed order (sm_90: one launch,",
+        f"runs the positions x {spec.CO} x {spec.CI * spec.KH * spec.KW} GEMM on tensor cores (3xTF32, float32 accuracy, when",
+        "torch.backends.cudnn.allow_tf32 is off; one TF32 product per term, of the rounded operands, when it is allowed; read at each",
+        f"call), applies {spec.ACT} and reduces; the blocks of one sample add their partial sums in a fixed order (sm_90: one launch,",
         "a thread-block cluster through distributed shared memory; sm_80/86/89: a second small kernel), so the result",
         "is bit-identical from run to run, with no atomics. backward: recomputes the pre-activations per tile (nothing",
         "of size batch x channels x H' x W' is stored), gathers grad_x through the pool box and conv taps, and reduces",

@@ -22,4 +22,10 @@ __device__ __forceinline__ void kg_mma3(float (&c)[4], const KgAFrag& a, const K
     kg_mma(c, a.h[0], a.h[1], a.h[2], a.h[3], b.l[0], b.l[1]);
     kg_mma(c, a.h[0], a.h[1], a.h[2], a.h[3], b.h[0], b.h[1]);
 }
+// X3: 3xTF32 as above; else one TF32 product of the rounded operands (the hi parts), as cuDNN with TF32 allowed
+template <bool X3>
+__device__ __forceinline__ void kg_mma_x(float (&c)[4], const KgAFrag& a, const KgBFrag& b) {
+    if constexpr (X3) kg_mma3(c, a, b);
+    else kg_mma(c, a.h[0], a.h[1], a.h[2], a.h[3], b.h[0], b.h[1]);
+}
 {% endraw %}

@@ -29,6 +29,7 @@ __device__ __forceinline__ void bwd_mark_core(float* mask, const BwdTile& tile) 
 // Stages each K chunk (barrier, W and box sums, barrier) before its first use.
 // Without K chunks, one m-tile per sweep (NT8 x 4 accumulators live, not B_MTW x NT8 x 4: the pair spills
 // at 128 registers on some shapes); with K chunks the accumulators must outlive each chunk's box sums.
+template <bool X3>
 __device__ __forceinline__ void bwd_dpre(const float* x, const float* w, const BwdSmem& s, const BwdTile& tile,
                                          float gval, int warp, int g, int t) {
     constexpr int G1_SWEEPS = NCHUNK == 1 ? B_MTW : 1, G1_MTW = NCHUNK == 1 ? 1 : B_MTW;
@@ -41,7 +42,7 @@ __device__ __forceinline__ void bwd_dpre(const float* x, const float* w, const B
                 if ((NCHUNK > 1 || cc == 0) && sweep == 0)
                     stage_chunk<B_EW, B_M, B_MPAD, BSU, false>(x, w, s.Ws, s.As, tile.img, ch, tile.ph_base,
                                                                tile.pw_base);
-                gemm1<B_MT, G1_MTW, false>(s.As, s.Ws, cc * COCH, warp + NW * sweep, acc);
+                gemm1<B_MT, G1_MTW, false, X3>(s.As, s.Ws, cc * COCH, warp + NW * sweep, acc);
             }
 #pragma unroll
             for (int i = 0; i < G1_MTW; ++i) {
@@ -91,13 +92,15 @@ __device__ __forceinline__ void bwd_grad_b(const BwdSmem& s, float* part_b, bool
 // Phase 4, grad_w partial of K chunk ch: this block's slice dW[co][kk] += sum_m dpre[m][co]*mask[m] * As[m][kk], a
 // CO_ALL x KC8 GEMM over the 8-position steps that hold core positions (DW_MS0 .. DW_MS1), in 3xTF32. The chunk is
 // given by its first input channel ci0 = ch * CI_CHUNK and its offset koff = ch * CI_CHUNK * KK in a row of the
-// slice; element (co, kk) is real (not padding) where co < CO && kk < KC && ci0 + kk / KK < CI.
+// slice; element (co, kk) is real (not padding) where co < CO && kk < KC && ci0 + kk / KK < CI. (3xTF32 where X3,
+// else one TF32 pass: every GEMM phase below takes X3)
 constexpr int DW_MT = CO_ALL / 16, DW_NT = KN8;   // its m-tiles (channels) and n-tiles (k)
 constexpr bool DW_WARP_GRID = NW % DW_MT == 0;    // NW / DW_MT warps per channel m-tile, else tiles dealt to warps
 
 // dW with each warp on one channel m-tile and every (NW/DW_MT)-th n-tile: the A fragment (dpre) is loaded once per
 // position step for all its n-tiles. The slice's previous values are loaded before the mma loop (their latency hides
 // under it).
+template <bool X3>
 __device__ __forceinline__ void grad_w_warp_grid(const BwdSmem& s, float* mypart, int ci0, size_t koff, bool first,
                                                  int warp, int g, int t) {
     constexpr int WPM = DW_WARP_GRID ? NW / DW_MT : 1;   // (1 where this variant is unused: no division by 0)
@@ -134,7 +137,7 @@ __device__ __forceinline__ void grad_w_warp_grid(const BwdSmem& s, float* mypart
             if (DW_NT % WPM != 0 && nj >= DW_NT) continue;
             KgBFrag bf;
             load_b<KP>(bf, s.As + (m0 + t) * KP + nj * 8 + g);
-            kg_mma3(c[q], a, bf);
+            kg_mma_x<X3>(c[q], a, bf);
         }
     }
 #pragma unroll
@@ -154,6 +157,7 @@ __device__ __forceinline__ void grad_w_warp_grid(const BwdSmem& s, float* mypart
 }
 
 // dW with the DW_MT x DW_NT output tiles dealt to the warps in turn (channel counts where NW % DW_MT != 0)
+template <bool X3>
 __device__ __forceinline__ void grad_w_tile_list(const BwdSmem& s, float* mypart, int ci0, size_t koff, bool first,
                                                  int warp, int g, int t) {
     constexpr int DW_TILES = DW_MT * DW_NT, DW_PER = (DW_TILES + NW - 1) / NW;
@@ -172,7 +176,7 @@ __device__ __forceinline__ void grad_w_tile_list(const BwdSmem& s, float* mypart
             load_a<1, CP>(a, s.Dp + (m0 + t) * CP + mi * 16 + g, mk0, mk1);
             KgBFrag bf;
             load_b<KP>(bf, s.As + (m0 + t) * KP + nj * 8 + g);
-            kg_mma3(c[q], a, bf);
+            kg_mma_x<X3>(c[q], a, bf);
         }
     }
 #pragma unroll
@@ -195,6 +199,7 @@ __device__ __forceinline__ void grad_w_tile_list(const BwdSmem& s, float* mypart
 // Phase 5, GEMM3: dBs[m][kk] = sum_co dpre[m][co] * Ws[co][kk], written over As (the caller's barrier comes first:
 // grad_w reads As). One m-tile at a time, so only KN8 x 4 accumulators are live (both m-tiles' at once spill at 128
 // registers on some shapes).
+template <bool X3>
 __device__ __forceinline__ void bwd_dbs(const BwdSmem& s, int warp, int g, int t) {
 #pragma unroll 1
     for (int i = 0; i < B_MTW; ++i) {
@@ -210,7 +215,7 @@ __device__ __forceinline__ void bwd_dbs(const BwdSmem& s, int warp, int g, int t
             for (int j = 0; j < KN8; ++j) {
                 KgBFrag bf;
                 load_b<KP>(bf, s.Ws + (ks * 8 + t) * KP + j * 8 + g);
-                kg_mma3(acc3[j], a, bf);
+                kg_mma_x<X3>(acc3[j], a, bf);
             }
         }
         const int m = mt * 16 + g;
@@ -401,6 +406,7 @@ __device__ __forceinline__ void bwd_grad_x(float* grad_x, const float* As, const
 // recompute pre (GEMM1) on core+halo, dpre -> smem; grad_b and grad_w partials (core positions only) accumulated in
 // this block's workspace slice (read-modify-write by its owner thread: deterministic); dBs = dpre * W/DIV (GEMM3)
 // -> smem; grad_x gathered for the input pixels owned by the core tile (coalesced, race-free writes).
+template <bool X3>
 __global__ void __launch_bounds__(NT, B_MINB)
 bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const float* __restrict__ w,
            const float* __restrict__ b, float* __restrict__ grad_x, float* __restrict__ part,
@@ -429,7 +435,7 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
         const float gval = reduce_finish(__ldg(gout + tile.img));   // the gradient at each summed value
         __syncthreads();                               // the previous tile is done with the shared memory
         bwd_mark_core(s.mask, tile);                   // phase 1
-        bwd_dpre(x, w, s, tile, gval, warp, g, t);     // phase 2 (stages the box sums: its own barriers)
+        bwd_dpre<X3>(x, w, s, tile, gval, warp, g, t);  // phase 2 (stages the box sums: its own barriers)
         __syncthreads();
         if (want_wb) bwd_grad_b(s, mypart + CO * KTOT, first);   // phase 3, into the grad_b end of the slice
         for (int ch = 0; ch < NCHUNK; ++ch) {
@@ -439,12 +445,12 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
             if (want_wb) {                             // phase 4
                 const int ci0 = ch * CI_CHUNK;
                 const size_t koff = (size_t)ch * CI_CHUNK * KK;
-                if constexpr (DW_WARP_GRID) grad_w_warp_grid(s, mypart, ci0, koff, first, warp, g, t);
-                else grad_w_tile_list(s, mypart, ci0, koff, first, warp, g, t);
+                if constexpr (DW_WARP_GRID) grad_w_warp_grid<X3>(s, mypart, ci0, koff, first, warp, g, t);
+                else grad_w_tile_list<X3>(s, mypart, ci0, koff, first, warp, g, t);
             }
             if (grad_x != nullptr) {
                 __syncthreads();   // dBs overwrites As, which grad_w reads
-                bwd_dbs(s, warp, g, t);                // phase 5
+                bwd_dbs<X3>(s, warp, g, t);            // phase 5
                 __syncthreads();
                 bwd_grad_x(grad_x, s.As, tile, ch);    // phase 6
             }

@@ -33,6 +33,8 @@ __device__ __forceinline__ float fwd_act_sum(float tsum, const float (&acc)[F_MT
 // cl == 1: the block writes out[img]. Otherwise the cl partial sums are added in rank order (deterministic):
 // sm_90: by rank 0 of the image's thread-block cluster, through distributed shared memory (one launch);
 // sm_80: each block stores its sum to fpart[img * cl + rank] and fwd_finish_kernel adds them.
+// X3: 3xTF32 (TF32 off); else one TF32 pass (torch.backends.cudnn.allow_tf32).
+template <bool X3>
 __global__ void __launch_bounds__(NT, F_MINB)
 fwd_kernel(const float* __restrict__ x, const float* __restrict__ w, const float* __restrict__ b,
            float* __restrict__ out, float* __restrict__ fpart, int cl) {
@@ -57,7 +59,7 @@ fwd_kernel(const float* __restrict__ x, const float* __restrict__ w, const float
             for (int ch = 0; ch < NCHUNK; ++ch) {
                 if (NCHUNK > 1 || cc == 0)
                     stage_chunk<F_EW, F_M, F_MPAD, 1, FWD_WFRAG>(x, w, Ws, As, img, ch, ph0, pw0);
-                gemm1<F_MT, F_MTW, FWD_WFRAG>(As, Ws, cc * COCH, warp, acc);
+                gemm1<F_MT, F_MTW, FWD_WFRAG, X3>(As, Ws, cc * COCH, warp, acc);
             }
             tsum = fwd_act_sum(tsum, acc, bias_s, cc, ph0, pw0, warp, g, t);
         }

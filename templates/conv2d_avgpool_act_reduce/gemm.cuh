@@ -1,6 +1,6 @@
 // ---------------- tensor-core GEMM pieces (conv2d_avgpool_act_reduce/gemm.cuh) ----------------
-// m16n8k8 fragment loaders from shared memory and GEMM1 (box sums x W^T), in 3xTF32. Plain CUDA, included by
-// kernel.cu.j2 after the problem constants it reads.
+// m16n8k8 fragment loaders from shared memory and GEMM1 (box sums x W^T), in 3xTF32 (X3) or one TF32 pass. Plain
+// CUDA, included by kernel.cu.j2 after the problem constants it reads.
 
 // c = 0 (every element; fully unrolled)
 template <int A, int B>
@@ -51,8 +51,9 @@ __device__ __forceinline__ void load_b(KgBFrag& b, const float4 v) {
 }
 
 // GEMM1: acc[i][j] (m-tile mt0+NW*i, n-tile j of channel pass co0) += As * Ws^T over this K chunk; W as staged by
-// stage_weights<WF>. The three 3xTF32 products are three passes over the m-tiles, so their mma chains interleave.
-template <int MT, int MTW, bool WF>
+// stage_weights<WF>. X3: the three 3xTF32 products are three passes over the m-tiles, so their mma chains
+// interleave; else only the last pass (the product of the TF32-rounded operands).
+template <int MT, int MTW, bool WF, bool X3>
 __device__ __forceinline__ void gemm1(const float* As, const float* Ws, int co0, int mt0, float (&acc)[MTW][NT8][4]) {
     const int warp = mt0, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 #pragma unroll
@@ -69,12 +70,14 @@ __device__ __forceinline__ void gemm1(const float* As, const float* Ws, int co0,
             if constexpr (WF)
                 load_b(b, reinterpret_cast<const float4*>(Ws)[(ks * (CO_ALL / 8) + co0 / 8 + j) * 32 + lane]);
             else load_b<1>(b, Ws + (co0 + j * 8 + g) * KP + ks * 8 + t);
+            if constexpr (X3) {
 #pragma unroll
-            for (int i = 0; i < MTW; ++i)
-                if (warp + NW * i < MT) kg_mma(acc[i][j], a[i].l[0], a[i].l[1], a[i].l[2], a[i].l[3], b.h[0], b.h[1]);
+                for (int i = 0; i < MTW; ++i)
+                    if (warp + NW * i < MT) kg_mma(acc[i][j], a[i].l[0], a[i].l[1], a[i].l[2], a[i].l[3], b.h[0], b.h[1]);
 #pragma unroll
-            for (int i = 0; i < MTW; ++i)
-                if (warp + NW * i < MT) kg_mma(acc[i][j], a[i].h[0], a[i].h[1], a[i].h[2], a[i].h[3], b.l[0], b.l[1]);
+                for (int i = 0; i < MTW; ++i)
+                    if (warp + NW * i < MT) kg_mma(acc[i][j], a[i].h[0], a[i].h[1], a[i].h[2], a[i].h[3], b.l[0], b.l[1]);
+            }
 #pragma unroll
             for (int i = 0; i < MTW; ++i)
                 if (warp + NW * i < MT) kg_mma(acc[i][j], a[i].h[0], a[i].h[1], a[i].h[2], a[i].h[3], b.h[0], b.h[1]);

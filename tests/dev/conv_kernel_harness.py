@@ -77,11 +77,29 @@ def render(spec, name=None):
             ctx[path][k] = v
         else:
             ctx[k] = v
+    if any(k in TILE_KEYS for k in spec.get("OVR", {})):
+        ctx[path].update(tile_smem(spec, ctx[path]))
     if name is None:
         key = repr(sorted((k, repr(v)) for k, v in ctx.items())) + troot + path
         name = "kgen_conv2d_avgpool_act_reduce_" + hashlib.sha1(key.encode()).hexdigest()[:8]
     ctx["name"] = name
     return name, env.get_template(TEMPLATE).render(**ctx)
+
+
+def tile_smem(spec, t):
+    """F_SMEM / B_SMEM of an overridden tiling, as the template lays them out (its static_assert checks the sum)."""
+    from kgen.families.conv2d_avgpool_act_reduce import _r
+    d = derive(spec)
+    kk, co_all = spec["KH"] * spec["KW"], _r(_r(spec["CO"], 16), min(_r(spec["CO"], 16), 64))
+    pr = (spec["PKH"] - 1) * spec["SH"] + (spec["KH"] - 1) * spec["DH"] + 1
+    pc = (spec["PKW"] - 1) * spec["SW"] + (spec["KW"] - 1) * spec["DW"] + 1
+    hh = 0 if -(-d["PHO"] // t["TPH_B"]) == 1 else (pr - 1) // (spec["PSH"] * spec["SH"])
+    hw = 0 if -(-d["PWO"] // t["TPW_B"]) == 1 else (pc - 1) // (spec["PSW"] * spec["SW"])
+    kc8 = _r(t["CI_CHUNK"] * kk, 8)
+    kp, fm, bm = kc8 + 4, _r(t["TPH"] * t["TPW"], 16), _r((t["TPH_B"] + hh) * (t["TPW_B"] + hw), 16)
+    fw = ((kc8 * co_all * 2 if t["FWD_WFRAG"] else co_all * kp) + fm * kp + 32 + co_all) * 4
+    bw = (co_all * kp + bm * kp + bm * (co_all + 4) + bm + co_all) * 4
+    return dict(F_SMEM=fw, B_SMEM=bw)
 
 
 def compile_so(spec, workdir):
@@ -115,8 +133,13 @@ def compile_cu(cu, workdir):
 
 
 class Kernel:
-    def __init__(self, name, so, old_abi=False):
+    def __init__(self, name, so, old_abi=False, tf32=0):
         lib = ctypes.CDLL(so)
+        # the launchers take the TF32 mode (int tf32 before the stream) from session 15 on; its source lies beside it
+        cu = so[:-3] + ".cu"
+        self.tf32_abi = os.path.exists(cu) and "int tf32, cudaStream_t" in open(cu).read()
+        self.tf32 = tf32  # 1: the one-pass TF32 kernels (cudnn.allow_tf32), 0: 3xTF32
+        mode = [ctypes.c_int] if self.tf32_abi else []
         self.ws_bytes = getattr(lib, name + "_workspace_bytes")
         self.old_abi = old_abi  # before v9: size_t <name>_workspace_bytes(int64_t n), the backward's bytes
         if old_abi:
@@ -124,14 +147,17 @@ class Kernel:
             self.ws_bytes.argtypes = [ctypes.c_int64]
         else:
             self.ws_bytes.restype = ctypes.c_int
-            self.ws_bytes.argtypes = [ctypes.c_int64, ctypes.c_int, ctypes.POINTER(ctypes.c_size_t)]
+            self.ws_bytes.argtypes = [ctypes.c_int64, ctypes.c_int] + mode + [ctypes.POINTER(ctypes.c_size_t)]
         self.fwd = getattr(lib, name + "_forward")
         self.fwd.restype = ctypes.c_int
-        self.fwd.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int64, ctypes.c_void_p]
+        self.fwd.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int64] + mode + [ctypes.c_void_p]
         self.bwd = getattr(lib, name + "_backward")
         self.bwd.restype = ctypes.c_int
-        self.bwd.argtypes = [ctypes.c_void_p] * 8 + [ctypes.c_int64, ctypes.c_void_p]
+        self.bwd.argtypes = [ctypes.c_void_p] * 8 + [ctypes.c_int64] + mode + [ctypes.c_void_p]
         self.lib = lib
+
+    def _mode(self):
+        return [self.tf32] if self.tf32_abi else []
 
     @staticmethod
     def _p(t):
@@ -143,7 +169,7 @@ class Kernel:
         nb = int(self.ws_bytes(n)) if self.old_abi else 0
         for backward in (() if self.old_abi else (0, 1)):
             b = ctypes.c_size_t(0)
-            if self.ws_bytes(n, backward, ctypes.byref(b)) != 0:
+            if self.ws_bytes(n, backward, *self._mode(), ctypes.byref(b)) != 0:
                 raise RuntimeError("workspace query failed")
             nb = max(nb, b.value)
         ws = torch.empty(max(nb, 16), dtype=torch.uint8, device="cuda")
@@ -153,7 +179,7 @@ class Kernel:
 
     def forward(self, x, w, b, out, ws, n):
         import torch
-        err = self.fwd(self._p(x), self._p(w), self._p(b), self._p(out), self._p(ws), n,
+        err = self.fwd(self._p(x), self._p(w), self._p(b), self._p(out), self._p(ws), n, *self._mode(),
                        ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
         if err != 0:
             raise RuntimeError(f"forward returned cudaError {err}")
@@ -161,7 +187,7 @@ class Kernel:
     def backward(self, go, x, w, b, gx, gw, gb, ws, n):
         import torch
         err = self.bwd(self._p(go), self._p(x), self._p(w), self._p(b), self._p(gx), self._p(gw), self._p(gb),
-                       self._p(ws), n, ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
+                       self._p(ws), n, *self._mode(), ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
         if err != 0:
             raise RuntimeError(f"backward returned cudaError {err}")
 
@@ -414,6 +440,7 @@ def main():
     ap.add_argument("--small", action="store_true", help="skip the bundled-shape correctness case")
     ap.add_argument("--sm80", action="store_true", help="build the sm_80/86/89 path (-DKGEN_SM90=0)")
     ap.add_argument("--arch", default="90", help="nvcc -arch=sm_<ARCH> (default 90)")
+    ap.add_argument("--tf32", action="store_true", help="time the one-pass TF32 kernels (the checks stay 3xTF32)")
     ap.add_argument("--check-root", default="", help="template root for the correctness cases (default: templates/)")
     args = ap.parse_args()
     global NO_WS_FILL, SM80, ARCH
@@ -500,10 +527,11 @@ def main():
         except Exception as e:  # noqa
             log(f"[ERROR] {lbl}: {e!r}")
             results.append(dict(label=lbl, n=n, ok=False, errs={}, bit=False, msgs=[repr(e)]))
-    kerns = {a: (sp, Kernel(*built["time-" + a])) for a, sp in time_specs.items()}
+    kerns = {a: (sp, Kernel(*built["time-" + a], tf32=int(args.tf32))) for a, sp in time_specs.items()}
     if args.base_cu and time_specs:
         bname, bso, old_abi = compile_cu(args.base_cu, work)
         kerns[f"BASE-CU-{args.variant_act}"] = (make_spec(act=args.variant_act), Kernel(bname, bso, old_abi))
+    torch.backends.cudnn.allow_tf32 = args.tf32  # eager and torch.compile in the mode kgen is timed in
     rows = timings(kerns, args.compile, log) if time_specs else []
     # ---------------- compact summary LAST ----------------
     log("\n==== correctness (rel err vs float64; torch f32 in parentheses) ====")

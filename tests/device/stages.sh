@@ -7,6 +7,7 @@
 #   gpu / gpu80: the GPU tier on that path (GPU_K: a pytest -k expression; note "pool" also matches the
 #     conv2d_avgpool_act_reduce family: the pool family alone is GPU_K="pool and not conv2d"); slow: the full-size tests
 #   percall: tests/device/per_call.py (PERCALL_FAMILY: one family); sweep: SWEEP_N (60) random problems of FAMILY (pool); bench / bench80: the bundled problems
+#     (bench: TF32 off, then the conv one again with TF32 allowed)
 #   benchpool (benchpool_nc: without torch.compile): tests/bench/bench_pool.py --quick (POOL_ONLY: names)
 #   benchconv: tests/bench/bench_conv2d_epilogue.py --quick, TF32 off and allowed (BENCH_MODE: off|tf32|both; BENCH_ONLY: names); both bench
 #     stages build their problems first, BENCH_JOBS (8) at a time
@@ -59,7 +60,8 @@ for stage in "$@"; do
     slow) path sm90; run slow 300 python3 -m pytest -q -m "gpu and slow and not multigpu" -p no:cacheprovider tests/ ;;
     percall) path sm90; run percall ${PERCALL_SECS:-200} python3 tests/device/per_call.py --csv "$OUT/per_call.csv" ${PERCALL_FAMILY:+--family $PERCALL_FAMILY} ;;
     sweep) path sm90; run sweep ${SWEEP_SECS:-330} python3 tests/dev/sweep.py --gpu --n ${SWEEP_N:-60} --family ${FAMILY:-pool} --seed ${SWEEP_SEED:-7} --jobs ${SWEEP_JOBS:-12} ;;
-    bench) path sm90; for p in $BUNDLED; do run "bench_$(basename $p .py)" 150 python3 -m kgen bench "$p" --per-call --csv "$OUT/bench.csv"; done ;;
+    bench) path sm90; for p in $BUNDLED; do run "bench_$(basename $p .py)" 150 python3 -m kgen bench "$p" --per-call --csv "$OUT/bench.csv"; done
+           run bench_conv_tf32 150 python3 -m kgen bench kgen/problems/conv2d_avgpool_sigmoid_sum.py --per-call --tf32 --csv "$OUT/bench.csv" ;;
     bench80) path sm80; for p in $BUNDLED; do run "bench80_$(basename $p .py)" 90 python3 -m kgen bench "$p" --no-compile --per-call --csv "$OUT/bench.csv"; done ;;
     benchpool) path sm90; run benchpool ${BENCHPOOL_SECS:-420} python3 tests/bench/bench_pool.py --quick --prebuild ${BENCH_JOBS:-8} --csv "$OUT/bench.csv" ${POOL_ONLY:+--only $POOL_ONLY} ;;
     benchconv) path sm90; run benchconv ${BENCH_SECS:-420} python3 tests/bench/bench_conv2d_epilogue.py --quick --prebuild ${BENCH_JOBS:-8} --csv "$OUT/bench.csv" --mode ${BENCH_MODE:-both} ${BENCH_ONLY:+--only $BENCH_ONLY} ;;
