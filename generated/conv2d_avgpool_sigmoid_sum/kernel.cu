@@ -1,4 +1,4 @@
-// kgen: fused Conv2d -> AvgPool2d -> sigmoid -> sum over [C,H,W]  (kgen_conv2d_avgpool_act_reduce_ee56cce1)
+// kgen: fused Conv2d -> AvgPool2d -> sigmoid -> sum over [C,H,W]  (kgen_conv2d_avgpool_act_reduce_66075be6)
 // Pool-first: conv followed by avg-pool is one linear map, so each pooled output is
 //   pre[n,co,ph,pw] = bias[co] + sum_k (W[co,k]/DIV) * Bs[n,ph,pw,k]   (k = ci*KH*KW + ky*KW + kx)
 // where Bs is a PKH x PKW box sum of the (zero-padded) input at the conv tap offsets.
@@ -95,16 +95,20 @@ struct Identity {
 
 #endif  // KGEN_ACTIVATION_CUH
 
-namespace kgen_conv2d_avgpool_act_reduce_ee56cce1_ns {
+namespace kgen_conv2d_avgpool_act_reduce_66075be6_ns {
 
 // ---- 3xTF32 tensor-core helpers (mma.sync m16n8k8, fp32-level accuracy) ----
 // a = hi + lo with hi = rna(a) in tf32; lo is passed raw (the tensor core ignores its low 13 bits).
 // acc += a_lo*b_hi + a_hi*b_lo + a_hi*b_hi (small terms first).
-__device__ __forceinline__ void kg_split(float v, uint32_t& hi, uint32_t& lo) {
+// v rounded to TF32 (to nearest, ties away from zero), as a float's bits with the low 13 mantissa bits clear
+__device__ __forceinline__ uint32_t tf32_rna(float v) {
     uint32_t h;
     asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(h) : "f"(v));
-    hi = h;
-    lo = __float_as_uint(v - __uint_as_float(h));
+    return h;
+}
+__device__ __forceinline__ void kg_split(float v, uint32_t& hi, uint32_t& lo) {
+    hi = tf32_rna(v);
+    lo = __float_as_uint(v - __uint_as_float(hi));
 }
 __device__ __forceinline__ void kg_mma(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                        uint32_t b0, uint32_t b1) {
@@ -261,11 +265,20 @@ __device__ __forceinline__ float w_scaled(const float* __restrict__ w, int co, i
     return v;
 }
 
+// v as staged for the GEMMs: as is for 3xTF32 (X3, split at each fragment load), else rounded to TF32 once here, so
+// the one-pass fragment loads take the bits as they are (load_a / load_b with RAW)
+template <bool X3>
+__device__ __forceinline__ float staged(float v) {
+    if constexpr (X3) return v;
+    else return __uint_as_float(tf32_rna(v));
+}
+
 // Ws[co][kk] = W[co, ch*CI_CHUNK*KK + kk] / DIV, zero padded to CO_ALL x KP
+template <bool X3>
 __device__ __forceinline__ void stage_w(float* Ws, const float* __restrict__ w, int ch) {
     for (int idx = threadIdx.x; idx < CO_ALL * KP; idx += NT) {
         const int co = idx / KP, kk = idx - co * KP;
-        Ws[idx] = w_scaled(w, co, kk, ch);
+        Ws[idx] = staged<X3>(w_scaled(w, co, kk, ch));
     }
 }
 
@@ -286,15 +299,15 @@ __device__ __forceinline__ void stage_wfrag(float4* Wf, const float* __restrict_
     }
 }
 
-// W of K chunk ch into shared memory: pre-split B fragments (WF, read back as float4) or plain Ws
-template <bool WF>
+// W of K chunk ch into shared memory: pre-split B fragments (WF, read back as float4) or plain Ws (staged<X3>)
+template <bool WF, bool X3>
 __device__ __forceinline__ void stage_weights(float* Ws, const float* w, int ch) {
     if constexpr (WF) stage_wfrag(reinterpret_cast<float4*>(Ws), w, ch);
-    else stage_w(Ws, w, ch);
+    else stage_w<X3>(Ws, w, ch);
 }
 
-// As[m][cl*KK + ky*KW + kx] = box sums for positions m of a tile (row-major EW wide), channel chunk ch.
-template <int EW, int M, int MPAD, int UNR = 1>
+// As[m][cl*KK + ky*KW + kx] = box sums for positions m of a tile (row-major EW wide), channel chunk ch (staged<X3>).
+template <int EW, int M, int MPAD, int UNR, bool X3>
 __device__ __forceinline__ void compute_as(const float* __restrict__ x, float* As, long long img, int ch,
                                            int ph_base, int pw_base) {
     constexpr int ITEMS = CI_CHUNK * MPAD, ITER = (ITEMS + NT - 1) / NT;
@@ -397,7 +410,7 @@ __device__ __forceinline__ void compute_as(const float* __restrict__ x, float* A
 #pragma unroll
         for (int ky = 0; ky < KH; ++ky)
 #pragma unroll
-            for (int kx = 0; kx < KW; ++kx) dst[ky * KW + kx] = acc[ky][kx];
+            for (int kx = 0; kx < KW; ++kx) dst[ky * KW + kx] = staged<X3>(acc[ky][kx]);
     }
     if constexpr (KC8 > KC) {
         for (int idx = threadIdx.x; idx < MPAD * (KC8 - KC); idx += NT) {
@@ -408,13 +421,13 @@ __device__ __forceinline__ void compute_as(const float* __restrict__ x, float* A
 }
 
 // Barrier; K chunk ch into shared memory: its W (with K chunks only: otherwise the block stages W once, before its
-// first tile) and the box sums As of the tile's positions; barrier.
-template <int EW, int M, int MPAD, int UNR, bool WF>
+// first tile) and the box sums As of the tile's positions, as staged for mode X3; barrier.
+template <int EW, int M, int MPAD, int UNR, bool WF, bool X3>
 __device__ __forceinline__ void stage_chunk(const float* x, const float* w, float* Ws, float* As, long long img, int ch,
                                             int ph_base, int pw_base) {
     __syncthreads();
-    if constexpr (NCHUNK > 1) stage_weights<WF>(Ws, w, ch);
-    compute_as<EW, M, MPAD, UNR>(x, As, img, ch, ph_base, pw_base);
+    if constexpr (NCHUNK > 1) stage_weights<WF, X3>(Ws, w, ch);
+    compute_as<EW, M, MPAD, UNR, X3>(x, As, img, ch, ph_base, pw_base);
     __syncthreads();
 }
 
@@ -441,14 +454,21 @@ __device__ __forceinline__ void zero(float (&c)[A][B][C]) {
 }
 
 // ---- m16n8k8 fragments from shared memory, split into tf32 hi/lo (lane = 4*g + t) ----
+// One fragment element: split (kg_split), or RAW: a value staged already rounded to TF32 (staged<false>), whose bits
+// are hi as they are (the one-pass TF32 mode reads only hi)
+template <bool RAW>
+__device__ __forceinline__ void frag_elem(float v, uint32_t& hi, uint32_t& lo) {
+    if constexpr (RAW) { hi = __float_as_uint(v); lo = 0u; }
+    else kg_split(v, hi, lo);
+}
 // A (16 x 8): element (row, col) at p[row*RS + col*CS], p pointing at (g, t); the lane holds rows g, g+8 of
 // columns t, t+4.
-template <int RS, int CS>
+template <int RS, int CS, bool RAW = false>
 __device__ __forceinline__ void load_a(KgAFrag& a, const float* p) {
-    kg_split(p[0], a.h[0], a.l[0]);
-    kg_split(p[8 * RS], a.h[1], a.l[1]);
-    kg_split(p[4 * CS], a.h[2], a.l[2]);
-    kg_split(p[8 * RS + 4 * CS], a.h[3], a.l[3]);
+    frag_elem<RAW>(p[0], a.h[0], a.l[0]);
+    frag_elem<RAW>(p[8 * RS], a.h[1], a.l[1]);
+    frag_elem<RAW>(p[4 * CS], a.h[2], a.l[2]);
+    frag_elem<RAW>(p[8 * RS + 4 * CS], a.h[3], a.l[3]);
 }
 // the same with column t scaled by s0 and column t+4 by s1
 template <int RS, int CS>
@@ -459,10 +479,10 @@ __device__ __forceinline__ void load_a(KgAFrag& a, const float* p, float s0, flo
     kg_split(p[8 * RS + 4 * CS] * s1, a.h[3], a.l[3]);
 }
 // B (8 x 8, k x n): element (k, n) at p[k*KS + n], p pointing at (t, g); the lane holds rows t, t+4 of column g.
-template <int KS>
+template <int KS, bool RAW = false>
 __device__ __forceinline__ void load_b(KgBFrag& b, const float* p) {
-    kg_split(p[0], b.h[0], b.l[0]);
-    kg_split(p[4 * KS], b.h[1], b.l[1]);
+    frag_elem<RAW>(p[0], b.h[0], b.l[0]);
+    frag_elem<RAW>(p[4 * KS], b.h[1], b.l[1]);
 }
 // B pre-split by stage_wfrag: {hi(b0), hi(b1), lo(b0), lo(b1)}
 __device__ __forceinline__ void load_b(KgBFrag& b, const float4 v) {
@@ -471,7 +491,7 @@ __device__ __forceinline__ void load_b(KgBFrag& b, const float4 v) {
 }
 
 // GEMM1: acc[i][j] (m-tile mt0+NW*i, n-tile j of channel pass co0) += As * Ws^T over this K chunk; W as staged by
-// stage_weights<WF>. X3: the three 3xTF32 products are three passes over the m-tiles, so their mma chains
+// stage_weights<WF, X3> and the box sums by compute_as<..., X3> (RAW loads where !X3). X3: the three 3xTF32 products are three passes over the m-tiles, so their mma chains
 // interleave; else only the last pass (the product of the TF32-rounded operands).
 template <int MT, int MTW, bool WF, bool X3>
 __device__ __forceinline__ void gemm1(const float* As, const float* Ws, int co0, int mt0, float (&acc)[MTW][NT8][4]) {
@@ -482,14 +502,14 @@ __device__ __forceinline__ void gemm1(const float* As, const float* Ws, int co0,
 #pragma unroll
         for (int i = 0; i < MTW; ++i) {
             const int mt = warp + NW * i;
-            if (mt < MT) load_a<KP, 1>(a[i], As + (mt * 16 + g) * KP + ks * 8 + t);
+            if (mt < MT) load_a<KP, 1, !X3>(a[i], As + (mt * 16 + g) * KP + ks * 8 + t);
         }
 #pragma unroll
         for (int j = 0; j < NT8; ++j) {
             KgBFrag b;
             if constexpr (WF)
                 load_b(b, reinterpret_cast<const float4*>(Ws)[(ks * (CO_ALL / 8) + co0 / 8 + j) * 32 + lane]);
-            else load_b<1>(b, Ws + (co0 + j * 8 + g) * KP + ks * 8 + t);
+            else load_b<1, !X3>(b, Ws + (co0 + j * 8 + g) * KP + ks * 8 + t);
             if constexpr (X3) {
 #pragma unroll
                 for (int i = 0; i < MTW; ++i)
@@ -555,7 +575,7 @@ fwd_kernel(const float* __restrict__ x, const float* __restrict__ w, const float
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const long long img = blockIdx.x / cl;
     const int rank = (int)(blockIdx.x - img * cl);
-    if constexpr (NCHUNK == 1) stage_weights<FWD_WFRAG>(Ws, w, 0);
+    if constexpr (NCHUNK == 1) stage_weights<FWD_WFRAG, X3>(Ws, w, 0);
     float tsum = 0.0f;
     for (int tile = rank; tile < F_TILES; tile += cl) {
         const int th = tile / F_TW, tw = tile - th * F_TW;
@@ -565,7 +585,7 @@ fwd_kernel(const float* __restrict__ x, const float* __restrict__ w, const float
             zero(acc);
             for (int ch = 0; ch < NCHUNK; ++ch) {
                 if (NCHUNK > 1 || cc == 0)
-                    stage_chunk<F_EW, F_M, F_MPAD, 1, FWD_WFRAG>(x, w, Ws, As, img, ch, ph0, pw0);
+                    stage_chunk<F_EW, F_M, F_MPAD, 1, FWD_WFRAG, X3>(x, w, Ws, As, img, ch, ph0, pw0);
                 gemm1<F_MT, F_MTW, FWD_WFRAG, X3>(As, Ws, cc * COCH, warp, acc);
             }
             tsum = fwd_act_sum(tsum, acc, bias_s, cc, ph0, pw0, warp, g, t);
@@ -655,8 +675,8 @@ __device__ __forceinline__ void bwd_dpre(const float* x, const float* w, const B
             zero(acc);
             for (int ch = 0; ch < NCHUNK; ++ch) {
                 if ((NCHUNK > 1 || cc == 0) && sweep == 0)
-                    stage_chunk<B_EW, B_M, B_MPAD, BSU, false>(x, w, s.Ws, s.As, tile.img, ch, tile.ph_base,
-                                                               tile.pw_base);
+                    stage_chunk<B_EW, B_M, B_MPAD, BSU, false, X3>(x, w, s.Ws, s.As, tile.img, ch, tile.ph_base,
+                                                                   tile.pw_base);
                 gemm1<B_MT, G1_MTW, false, X3>(s.As, s.Ws, cc * COCH, warp + NW * sweep, acc);
             }
 #pragma unroll
@@ -751,7 +771,7 @@ __device__ __forceinline__ void grad_w_warp_grid(const BwdSmem& s, float* mypart
             const int nj = nj0 + WPM * q;
             if (DW_NT % WPM != 0 && nj >= DW_NT) continue;
             KgBFrag bf;
-            load_b<KP>(bf, s.As + (m0 + t) * KP + nj * 8 + g);
+            load_b<KP, !X3>(bf, s.As + (m0 + t) * KP + nj * 8 + g);
             kg_mma_x<X3>(c[q], a, bf);
         }
     }
@@ -790,7 +810,7 @@ __device__ __forceinline__ void grad_w_tile_list(const BwdSmem& s, float* mypart
             KgAFrag a;
             load_a<1, CP>(a, s.Dp + (m0 + t) * CP + mi * 16 + g, mk0, mk1);
             KgBFrag bf;
-            load_b<KP>(bf, s.As + (m0 + t) * KP + nj * 8 + g);
+            load_b<KP, !X3>(bf, s.As + (m0 + t) * KP + nj * 8 + g);
             kg_mma_x<X3>(c[q], a, bf);
         }
     }
@@ -829,7 +849,7 @@ __device__ __forceinline__ void bwd_dbs(const BwdSmem& s, int warp, int g, int t
 #pragma unroll
             for (int j = 0; j < KN8; ++j) {
                 KgBFrag bf;
-                load_b<KP>(bf, s.Ws + (ks * 8 + t) * KP + j * 8 + g);
+                load_b<KP, !X3>(bf, s.Ws + (ks * 8 + t) * KP + j * 8 + g);
                 kg_mma_x<X3>(acc3[j], a, bf);
             }
         }
@@ -1037,7 +1057,7 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
         s.bias_s[i] = (b != nullptr && i < CO) ? __ldg(b + i) * BSCALE : 0.0f;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     float* mypart = part + (size_t)blockIdx.x * PART;
-    if constexpr (NCHUNK == 1) stage_weights<false>(s.Ws, w, 0);
+    if constexpr (NCHUNK == 1) stage_weights<false, X3>(s.Ws, w, 0);
     bool first = true;
     for (long long tt = blockIdx.x; tt < total_tiles; tt += G) {
         BwdTile tile;
@@ -1055,8 +1075,8 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
         if (want_wb) bwd_grad_b(s, mypart + CO * KTOT, first);   // phase 3, into the grad_b end of the slice
         for (int ch = 0; ch < NCHUNK; ++ch) {
             // with K chunks, W and the box sums of chunk ch again (phase 2 left the last chunk's)
-            if constexpr (NCHUNK > 1) stage_chunk<B_EW, B_M, B_MPAD, BSU, false>(x, w, s.Ws, s.As, tile.img, ch,
-                                                                                 tile.ph_base, tile.pw_base);
+            if constexpr (NCHUNK > 1) stage_chunk<B_EW, B_M, B_MPAD, BSU, false, X3>(x, w, s.Ws, s.As, tile.img, ch,
+                                                                                     tile.ph_base, tile.pw_base);
             if (want_wb) {                             // phase 4
                 const int ci0 = ch * CI_CHUNK;
                 const size_t koff = (size_t)ch * CI_CHUNK * KK;
@@ -1151,13 +1171,13 @@ static long long bwd_grid(int64_t n, const DevInfo& d, int tf32) {
     const long long tiles = (long long)n * B_TILES, wave = (long long)d.sms * d.bwd_per_sm[tf32];
     return tiles < wave ? tiles : wave;
 }
-}  // namespace kgen_conv2d_avgpool_act_reduce_ee56cce1_ns
+}  // namespace kgen_conv2d_avgpool_act_reduce_66075be6_ns
 
 // Workspace bytes the forward (backward == 0) or the backward (backward != 0) needs at batch n on the current
 // device, in TF32 mode tf32 (0: 3xTF32, 1: one TF32 pass; the launch must pass the same). Uninitialised memory is
 // fine: every float the kernels read back was written earlier in the same call.
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_ee56cce1_workspace_bytes(int64_t n, int backward, int tf32, size_t* bytes) {
-    using namespace kgen_conv2d_avgpool_act_reduce_ee56cce1_ns;
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_66075be6_workspace_bytes(int64_t n, int backward, int tf32, size_t* bytes) {
+    using namespace kgen_conv2d_avgpool_act_reduce_66075be6_ns;
     tf32 = tf32 ? 1 : 0;
     *bytes = 0;
     if (n <= 0) return cudaSuccess;
@@ -1174,9 +1194,9 @@ extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_ee56cce1_workspace_bytes(i
     return cudaSuccess;
 }
 
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_ee56cce1_forward(const float* x, const float* w, const float* b, float* out,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_66075be6_forward(const float* x, const float* w, const float* b, float* out,
                                          void* workspace, int64_t n, int tf32, cudaStream_t stream) {
-    using namespace kgen_conv2d_avgpool_act_reduce_ee56cce1_ns;
+    using namespace kgen_conv2d_avgpool_act_reduce_66075be6_ns;
     if (n <= 0) return cudaSuccess;
     tf32 = tf32 ? 1 : 0;
     const DevInfo* d = nullptr;
@@ -1210,10 +1230,10 @@ extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_ee56cce1_forward(const flo
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_ee56cce1_backward(const float* grad_out, const float* x, const float* w, const float* b,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_66075be6_backward(const float* grad_out, const float* x, const float* w, const float* b,
                                           float* grad_x, float* grad_w, float* grad_b, void* workspace,
                                           int64_t n, int tf32, cudaStream_t stream) {
-    using namespace kgen_conv2d_avgpool_act_reduce_ee56cce1_ns;
+    using namespace kgen_conv2d_avgpool_act_reduce_66075be6_ns;
     tf32 = tf32 ? 1 : 0;
     const int want_wb = (grad_w != nullptr || grad_b != nullptr) ? 1 : 0;
     float* part = static_cast<float*>(workspace);

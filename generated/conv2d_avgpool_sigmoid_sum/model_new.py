@@ -2,7 +2,7 @@
 
 Do not edit: regenerate with `kgen generate kgen/problems/conv2d_avgpool_sigmoid_sum.py` (a hand edit makes kgen refuse to overwrite
 this file without --force).
-kgen-checksum: ac39663ac8f4cdb061988e6b79646dca62bae6ef94ed2193a948380150ce9adb
+kgen-checksum: 50456b40d687c975432b01212405ab3061f9a94413c67edc6833b6999462262a
 
 Family conv2d_avgpool_act_reduce; spec 52613d086abfd65f:
     CI = 8
@@ -44,7 +44,7 @@ How it works:
 The CUDA and C++ sources below are also written beside this file (kernel.cu, binding.cpp) for reading. They are
 compiled on first import into the extension kgen_conv2d_avgpool_act_reduce_<hash> (the hash covers the sources, compiler flags,
 torch and CUDA versions and the target architectures), cached under $KGEN_CACHE_DIR (else
-$TORCH_EXTENSIONS_DIR/kgen, else ~/.cache/kgen), and loaded from there afterwards. Ops: torch.ops.kgen_conv2d_avgpool_act_reduce_ee56cce1.forward / .backward; autograd is registered in C++ (the
+$TORCH_EXTENSIONS_DIR/kgen, else ~/.cache/kgen), and loaded from there afterwards. Ops: torch.ops.kgen_conv2d_avgpool_act_reduce_66075be6.forward / .backward; autograd is registered in C++ (the
 Autograd dispatch key) and fake kernels below, so a training step runs no Python beyond forward's call, and
 torch.compile(fullgraph=True) and torch.library.opcheck work.
 """
@@ -366,8 +366,8 @@ def kgen_load_extension(namespace, cuda_source, cpp_source):
     return module
 
 # ---- generated kernels ------------------------------------------------------------------------------------------
-KGEN_NAMESPACE = "kgen_conv2d_avgpool_act_reduce_ee56cce1"
-KGEN_CUDA_SOURCE = r'''// kgen: fused Conv2d -> AvgPool2d -> sigmoid -> sum over [C,H,W]  (kgen_conv2d_avgpool_act_reduce_ee56cce1)
+KGEN_NAMESPACE = "kgen_conv2d_avgpool_act_reduce_66075be6"
+KGEN_CUDA_SOURCE = r'''// kgen: fused Conv2d -> AvgPool2d -> sigmoid -> sum over [C,H,W]  (kgen_conv2d_avgpool_act_reduce_66075be6)
 // Pool-first: conv followed by avg-pool is one linear map, so each pooled output is
 //   pre[n,co,ph,pw] = bias[co] + sum_k (W[co,k]/DIV) * Bs[n,ph,pw,k]   (k = ci*KH*KW + ky*KW + kx)
 // where Bs is a PKH x PKW box sum of the (zero-padded) input at the conv tap offsets.
@@ -464,16 +464,20 @@ struct Identity {
 
 #endif  // KGEN_ACTIVATION_CUH
 
-namespace kgen_conv2d_avgpool_act_reduce_ee56cce1_ns {
+namespace kgen_conv2d_avgpool_act_reduce_66075be6_ns {
 
 // ---- 3xTF32 tensor-core helpers (mma.sync m16n8k8, fp32-level accuracy) ----
 // a = hi + lo with hi = rna(a) in tf32; lo is passed raw (the tensor core ignores its low 13 bits).
 // acc += a_lo*b_hi + a_hi*b_lo + a_hi*b_hi (small terms first).
-__device__ __forceinline__ void kg_split(float v, uint32_t& hi, uint32_t& lo) {
+// v rounded to TF32 (to nearest, ties away from zero), as a float's bits with the low 13 mantissa bits clear
+__device__ __forceinline__ uint32_t tf32_rna(float v) {
     uint32_t h;
     asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(h) : "f"(v));
-    hi = h;
-    lo = __float_as_uint(v - __uint_as_float(h));
+    return h;
+}
+__device__ __forceinline__ void kg_split(float v, uint32_t& hi, uint32_t& lo) {
+    hi = tf32_rna(v);
+    lo = __float_as_uint(v - __uint_as_float(hi));
 }
 __device__ __forceinline__ void kg_mma(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                        uint32_t b0, uint32_t b1) {
@@ -630,11 +634,20 @@ __device__ __forceinline__ float w_scaled(const float* __restrict__ w, int co, i
     return v;
 }
 
+// v as staged for the GEMMs: as is for 3xTF32 (X3, split at each fragment load), else rounded to TF32 once here, so
+// the one-pass fragment loads take the bits as they are (load_a / load_b with RAW)
+template <bool X3>
+__device__ __forceinline__ float staged(float v) {
+    if constexpr (X3) return v;
+    else return __uint_as_float(tf32_rna(v));
+}
+
 // Ws[co][kk] = W[co, ch*CI_CHUNK*KK + kk] / DIV, zero padded to CO_ALL x KP
+template <bool X3>
 __device__ __forceinline__ void stage_w(float* Ws, const float* __restrict__ w, int ch) {
     for (int idx = threadIdx.x; idx < CO_ALL * KP; idx += NT) {
         const int co = idx / KP, kk = idx - co * KP;
-        Ws[idx] = w_scaled(w, co, kk, ch);
+        Ws[idx] = staged<X3>(w_scaled(w, co, kk, ch));
     }
 }
 
@@ -655,15 +668,15 @@ __device__ __forceinline__ void stage_wfrag(float4* Wf, const float* __restrict_
     }
 }
 
-// W of K chunk ch into shared memory: pre-split B fragments (WF, read back as float4) or plain Ws
-template <bool WF>
+// W of K chunk ch into shared memory: pre-split B fragments (WF, read back as float4) or plain Ws (staged<X3>)
+template <bool WF, bool X3>
 __device__ __forceinline__ void stage_weights(float* Ws, const float* w, int ch) {
     if constexpr (WF) stage_wfrag(reinterpret_cast<float4*>(Ws), w, ch);
-    else stage_w(Ws, w, ch);
+    else stage_w<X3>(Ws, w, ch);
 }
 
-// As[m][cl*KK + ky*KW + kx] = box sums for positions m of a tile (row-major EW wide), channel chunk ch.
-template <int EW, int M, int MPAD, int UNR = 1>
+// As[m][cl*KK + ky*KW + kx] = box sums for positions m of a tile (row-major EW wide), channel chunk ch (staged<X3>).
+template <int EW, int M, int MPAD, int UNR, bool X3>
 __device__ __forceinline__ void compute_as(const float* __restrict__ x, float* As, long long img, int ch,
                                            int ph_base, int pw_base) {
     constexpr int ITEMS = CI_CHUNK * MPAD, ITER = (ITEMS + NT - 1) / NT;
@@ -766,7 +779,7 @@ __device__ __forceinline__ void compute_as(const float* __restrict__ x, float* A
 #pragma unroll
         for (int ky = 0; ky < KH; ++ky)
 #pragma unroll
-            for (int kx = 0; kx < KW; ++kx) dst[ky * KW + kx] = acc[ky][kx];
+            for (int kx = 0; kx < KW; ++kx) dst[ky * KW + kx] = staged<X3>(acc[ky][kx]);
     }
     if constexpr (KC8 > KC) {
         for (int idx = threadIdx.x; idx < MPAD * (KC8 - KC); idx += NT) {
@@ -777,13 +790,13 @@ __device__ __forceinline__ void compute_as(const float* __restrict__ x, float* A
 }
 
 // Barrier; K chunk ch into shared memory: its W (with K chunks only: otherwise the block stages W once, before its
-// first tile) and the box sums As of the tile's positions; barrier.
-template <int EW, int M, int MPAD, int UNR, bool WF>
+// first tile) and the box sums As of the tile's positions, as staged for mode X3; barrier.
+template <int EW, int M, int MPAD, int UNR, bool WF, bool X3>
 __device__ __forceinline__ void stage_chunk(const float* x, const float* w, float* Ws, float* As, long long img, int ch,
                                             int ph_base, int pw_base) {
     __syncthreads();
-    if constexpr (NCHUNK > 1) stage_weights<WF>(Ws, w, ch);
-    compute_as<EW, M, MPAD, UNR>(x, As, img, ch, ph_base, pw_base);
+    if constexpr (NCHUNK > 1) stage_weights<WF, X3>(Ws, w, ch);
+    compute_as<EW, M, MPAD, UNR, X3>(x, As, img, ch, ph_base, pw_base);
     __syncthreads();
 }
 
@@ -810,14 +823,21 @@ __device__ __forceinline__ void zero(float (&c)[A][B][C]) {
 }
 
 // ---- m16n8k8 fragments from shared memory, split into tf32 hi/lo (lane = 4*g + t) ----
+// One fragment element: split (kg_split), or RAW: a value staged already rounded to TF32 (staged<false>), whose bits
+// are hi as they are (the one-pass TF32 mode reads only hi)
+template <bool RAW>
+__device__ __forceinline__ void frag_elem(float v, uint32_t& hi, uint32_t& lo) {
+    if constexpr (RAW) { hi = __float_as_uint(v); lo = 0u; }
+    else kg_split(v, hi, lo);
+}
 // A (16 x 8): element (row, col) at p[row*RS + col*CS], p pointing at (g, t); the lane holds rows g, g+8 of
 // columns t, t+4.
-template <int RS, int CS>
+template <int RS, int CS, bool RAW = false>
 __device__ __forceinline__ void load_a(KgAFrag& a, const float* p) {
-    kg_split(p[0], a.h[0], a.l[0]);
-    kg_split(p[8 * RS], a.h[1], a.l[1]);
-    kg_split(p[4 * CS], a.h[2], a.l[2]);
-    kg_split(p[8 * RS + 4 * CS], a.h[3], a.l[3]);
+    frag_elem<RAW>(p[0], a.h[0], a.l[0]);
+    frag_elem<RAW>(p[8 * RS], a.h[1], a.l[1]);
+    frag_elem<RAW>(p[4 * CS], a.h[2], a.l[2]);
+    frag_elem<RAW>(p[8 * RS + 4 * CS], a.h[3], a.l[3]);
 }
 // the same with column t scaled by s0 and column t+4 by s1
 template <int RS, int CS>
@@ -828,10 +848,10 @@ __device__ __forceinline__ void load_a(KgAFrag& a, const float* p, float s0, flo
     kg_split(p[8 * RS + 4 * CS] * s1, a.h[3], a.l[3]);
 }
 // B (8 x 8, k x n): element (k, n) at p[k*KS + n], p pointing at (t, g); the lane holds rows t, t+4 of column g.
-template <int KS>
+template <int KS, bool RAW = false>
 __device__ __forceinline__ void load_b(KgBFrag& b, const float* p) {
-    kg_split(p[0], b.h[0], b.l[0]);
-    kg_split(p[4 * KS], b.h[1], b.l[1]);
+    frag_elem<RAW>(p[0], b.h[0], b.l[0]);
+    frag_elem<RAW>(p[4 * KS], b.h[1], b.l[1]);
 }
 // B pre-split by stage_wfrag: {hi(b0), hi(b1), lo(b0), lo(b1)}
 __device__ __forceinline__ void load_b(KgBFrag& b, const float4 v) {
@@ -840,7 +860,7 @@ __device__ __forceinline__ void load_b(KgBFrag& b, const float4 v) {
 }
 
 // GEMM1: acc[i][j] (m-tile mt0+NW*i, n-tile j of channel pass co0) += As * Ws^T over this K chunk; W as staged by
-// stage_weights<WF>. X3: the three 3xTF32 products are three passes over the m-tiles, so their mma chains
+// stage_weights<WF, X3> and the box sums by compute_as<..., X3> (RAW loads where !X3). X3: the three 3xTF32 products are three passes over the m-tiles, so their mma chains
 // interleave; else only the last pass (the product of the TF32-rounded operands).
 template <int MT, int MTW, bool WF, bool X3>
 __device__ __forceinline__ void gemm1(const float* As, const float* Ws, int co0, int mt0, float (&acc)[MTW][NT8][4]) {
@@ -851,14 +871,14 @@ __device__ __forceinline__ void gemm1(const float* As, const float* Ws, int co0,
 #pragma unroll
         for (int i = 0; i < MTW; ++i) {
             const int mt = warp + NW * i;
-            if (mt < MT) load_a<KP, 1>(a[i], As + (mt * 16 + g) * KP + ks * 8 + t);
+            if (mt < MT) load_a<KP, 1, !X3>(a[i], As + (mt * 16 + g) * KP + ks * 8 + t);
         }
 #pragma unroll
         for (int j = 0; j < NT8; ++j) {
             KgBFrag b;
             if constexpr (WF)
                 load_b(b, reinterpret_cast<const float4*>(Ws)[(ks * (CO_ALL / 8) + co0 / 8 + j) * 32 + lane]);
-            else load_b<1>(b, Ws + (co0 + j * 8 + g) * KP + ks * 8 + t);
+            else load_b<1, !X3>(b, Ws + (co0 + j * 8 + g) * KP + ks * 8 + t);
             if constexpr (X3) {
 #pragma unroll
                 for (int i = 0; i < MTW; ++i)
@@ -924,7 +944,7 @@ fwd_kernel(const float* __restrict__ x, const float* __restrict__ w, const float
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const long long img = blockIdx.x / cl;
     const int rank = (int)(blockIdx.x - img * cl);
-    if constexpr (NCHUNK == 1) stage_weights<FWD_WFRAG>(Ws, w, 0);
+    if constexpr (NCHUNK == 1) stage_weights<FWD_WFRAG, X3>(Ws, w, 0);
     float tsum = 0.0f;
     for (int tile = rank; tile < F_TILES; tile += cl) {
         const int th = tile / F_TW, tw = tile - th * F_TW;
@@ -934,7 +954,7 @@ fwd_kernel(const float* __restrict__ x, const float* __restrict__ w, const float
             zero(acc);
             for (int ch = 0; ch < NCHUNK; ++ch) {
                 if (NCHUNK > 1 || cc == 0)
-                    stage_chunk<F_EW, F_M, F_MPAD, 1, FWD_WFRAG>(x, w, Ws, As, img, ch, ph0, pw0);
+                    stage_chunk<F_EW, F_M, F_MPAD, 1, FWD_WFRAG, X3>(x, w, Ws, As, img, ch, ph0, pw0);
                 gemm1<F_MT, F_MTW, FWD_WFRAG, X3>(As, Ws, cc * COCH, warp, acc);
             }
             tsum = fwd_act_sum(tsum, acc, bias_s, cc, ph0, pw0, warp, g, t);
@@ -1024,8 +1044,8 @@ __device__ __forceinline__ void bwd_dpre(const float* x, const float* w, const B
             zero(acc);
             for (int ch = 0; ch < NCHUNK; ++ch) {
                 if ((NCHUNK > 1 || cc == 0) && sweep == 0)
-                    stage_chunk<B_EW, B_M, B_MPAD, BSU, false>(x, w, s.Ws, s.As, tile.img, ch, tile.ph_base,
-                                                               tile.pw_base);
+                    stage_chunk<B_EW, B_M, B_MPAD, BSU, false, X3>(x, w, s.Ws, s.As, tile.img, ch, tile.ph_base,
+                                                                   tile.pw_base);
                 gemm1<B_MT, G1_MTW, false, X3>(s.As, s.Ws, cc * COCH, warp + NW * sweep, acc);
             }
 #pragma unroll
@@ -1120,7 +1140,7 @@ __device__ __forceinline__ void grad_w_warp_grid(const BwdSmem& s, float* mypart
             const int nj = nj0 + WPM * q;
             if (DW_NT % WPM != 0 && nj >= DW_NT) continue;
             KgBFrag bf;
-            load_b<KP>(bf, s.As + (m0 + t) * KP + nj * 8 + g);
+            load_b<KP, !X3>(bf, s.As + (m0 + t) * KP + nj * 8 + g);
             kg_mma_x<X3>(c[q], a, bf);
         }
     }
@@ -1159,7 +1179,7 @@ __device__ __forceinline__ void grad_w_tile_list(const BwdSmem& s, float* mypart
             KgAFrag a;
             load_a<1, CP>(a, s.Dp + (m0 + t) * CP + mi * 16 + g, mk0, mk1);
             KgBFrag bf;
-            load_b<KP>(bf, s.As + (m0 + t) * KP + nj * 8 + g);
+            load_b<KP, !X3>(bf, s.As + (m0 + t) * KP + nj * 8 + g);
             kg_mma_x<X3>(c[q], a, bf);
         }
     }
@@ -1198,7 +1218,7 @@ __device__ __forceinline__ void bwd_dbs(const BwdSmem& s, int warp, int g, int t
 #pragma unroll
             for (int j = 0; j < KN8; ++j) {
                 KgBFrag bf;
-                load_b<KP>(bf, s.Ws + (ks * 8 + t) * KP + j * 8 + g);
+                load_b<KP, !X3>(bf, s.Ws + (ks * 8 + t) * KP + j * 8 + g);
                 kg_mma_x<X3>(acc3[j], a, bf);
             }
         }
@@ -1406,7 +1426,7 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
         s.bias_s[i] = (b != nullptr && i < CO) ? __ldg(b + i) * BSCALE : 0.0f;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     float* mypart = part + (size_t)blockIdx.x * PART;
-    if constexpr (NCHUNK == 1) stage_weights<false>(s.Ws, w, 0);
+    if constexpr (NCHUNK == 1) stage_weights<false, X3>(s.Ws, w, 0);
     bool first = true;
     for (long long tt = blockIdx.x; tt < total_tiles; tt += G) {
         BwdTile tile;
@@ -1424,8 +1444,8 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
         if (want_wb) bwd_grad_b(s, mypart + CO * KTOT, first);   // phase 3, into the grad_b end of the slice
         for (int ch = 0; ch < NCHUNK; ++ch) {
             // with K chunks, W and the box sums of chunk ch again (phase 2 left the last chunk's)
-            if constexpr (NCHUNK > 1) stage_chunk<B_EW, B_M, B_MPAD, BSU, false>(x, w, s.Ws, s.As, tile.img, ch,
-                                                                                 tile.ph_base, tile.pw_base);
+            if constexpr (NCHUNK > 1) stage_chunk<B_EW, B_M, B_MPAD, BSU, false, X3>(x, w, s.Ws, s.As, tile.img, ch,
+                                                                                     tile.ph_base, tile.pw_base);
             if (want_wb) {                             // phase 4
                 const int ci0 = ch * CI_CHUNK;
                 const size_t koff = (size_t)ch * CI_CHUNK * KK;
@@ -1520,13 +1540,13 @@ static long long bwd_grid(int64_t n, const DevInfo& d, int tf32) {
     const long long tiles = (long long)n * B_TILES, wave = (long long)d.sms * d.bwd_per_sm[tf32];
     return tiles < wave ? tiles : wave;
 }
-}  // namespace kgen_conv2d_avgpool_act_reduce_ee56cce1_ns
+}  // namespace kgen_conv2d_avgpool_act_reduce_66075be6_ns
 
 // Workspace bytes the forward (backward == 0) or the backward (backward != 0) needs at batch n on the current
 // device, in TF32 mode tf32 (0: 3xTF32, 1: one TF32 pass; the launch must pass the same). Uninitialised memory is
 // fine: every float the kernels read back was written earlier in the same call.
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_ee56cce1_workspace_bytes(int64_t n, int backward, int tf32, size_t* bytes) {
-    using namespace kgen_conv2d_avgpool_act_reduce_ee56cce1_ns;
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_66075be6_workspace_bytes(int64_t n, int backward, int tf32, size_t* bytes) {
+    using namespace kgen_conv2d_avgpool_act_reduce_66075be6_ns;
     tf32 = tf32 ? 1 : 0;
     *bytes = 0;
     if (n <= 0) return cudaSuccess;
@@ -1543,9 +1563,9 @@ extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_ee56cce1_workspace_bytes(i
     return cudaSuccess;
 }
 
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_ee56cce1_forward(const float* x, const float* w, const float* b, float* out,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_66075be6_forward(const float* x, const float* w, const float* b, float* out,
                                          void* workspace, int64_t n, int tf32, cudaStream_t stream) {
-    using namespace kgen_conv2d_avgpool_act_reduce_ee56cce1_ns;
+    using namespace kgen_conv2d_avgpool_act_reduce_66075be6_ns;
     if (n <= 0) return cudaSuccess;
     tf32 = tf32 ? 1 : 0;
     const DevInfo* d = nullptr;
@@ -1579,10 +1599,10 @@ extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_ee56cce1_forward(const flo
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_ee56cce1_backward(const float* grad_out, const float* x, const float* w, const float* b,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_66075be6_backward(const float* grad_out, const float* x, const float* w, const float* b,
                                           float* grad_x, float* grad_w, float* grad_b, void* workspace,
                                           int64_t n, int tf32, cudaStream_t stream) {
-    using namespace kgen_conv2d_avgpool_act_reduce_ee56cce1_ns;
+    using namespace kgen_conv2d_avgpool_act_reduce_66075be6_ns;
     tf32 = tf32 ? 1 : 0;
     const int want_wb = (grad_w != nullptr || grad_b != nullptr) ? 1 : 0;
     float* part = static_cast<float*>(workspace);
@@ -1604,8 +1624,8 @@ extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_ee56cce1_backward(const fl
     return cudaSuccess;
 }
 '''
-KGEN_CPP_SOURCE = r'''// kgen_conv2d_avgpool_act_reduce_ee56cce1: torch glue for the fused Conv2d -> AvgPool2d -> sigmoid -> sum kernels in kernel.cu
-// (ops under torch.ops.kgen_conv2d_avgpool_act_reduce_ee56cce1; autograd in C++, see common/torch_glue.h). The cuDNN TF32 flag
+KGEN_CPP_SOURCE = r'''// kgen_conv2d_avgpool_act_reduce_66075be6: torch glue for the fused Conv2d -> AvgPool2d -> sigmoid -> sum kernels in kernel.cu
+// (ops under torch.ops.kgen_conv2d_avgpool_act_reduce_66075be6; autograd in C++, see common/torch_glue.h). The cuDNN TF32 flag
 // (torch.backends.cudnn.allow_tf32) is read at each call: off, the kernels run 3xTF32; allowed, one TF32 pass.
 // kgen fixed C++ glue helpers (pulled into each rendered binding by Jinja include).
 // Light headers only: torch/library.h, ATen/core, the autograd Function header and torch's pybind casters, not
@@ -1738,10 +1758,10 @@ inline void check_same_device(const at::Tensor& a, const at::Tensor& b, const ch
 #include <optional>
 #include <tuple>
 
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_ee56cce1_workspace_bytes(int64_t n, int backward, int tf32, size_t* bytes);
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_ee56cce1_forward(const float* x, const float* w, const float* b, float* out, void* workspace,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_66075be6_workspace_bytes(int64_t n, int backward, int tf32, size_t* bytes);
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_66075be6_forward(const float* x, const float* w, const float* b, float* out, void* workspace,
                                           int64_t n, int tf32, cudaStream_t stream);
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_ee56cce1_backward(const float* grad_out, const float* x, const float* w, const float* b,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_66075be6_backward(const float* grad_out, const float* x, const float* w, const float* b,
                                            float* grad_x, float* grad_w, float* grad_b, void* workspace, int64_t n,
                                            int tf32, cudaStream_t stream);
 
@@ -1772,7 +1792,7 @@ int tf32_allowed() { return at::globalContext().allowTF32CuDNN() ? 1 : 0; }
 // path and TF32 mode; uninitialised is fine.
 at::Tensor workspace(const at::Tensor& like, int64_t n, bool backward, int tf32) {
   size_t bytes = 0;
-  kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_ee56cce1_workspace_bytes(n, backward ? 1 : 0, tf32, &bytes), "workspace query", kProblem);
+  kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_66075be6_workspace_bytes(n, backward ? 1 : 0, tf32, &bytes), "workspace query", kProblem);
   return at::empty({bytes > 0 ? static_cast<int64_t>(bytes) : 1}, like.options().dtype(at::kByte));
 }
 
@@ -1783,7 +1803,7 @@ at::Tensor forward(const at::Tensor& x_in, const at::Tensor& w_in, const std::op
   at::Tensor out = at::empty({n}, c.x.options());
   const int tf32 = tf32_allowed();
   at::Tensor ws = workspace(c.x, n, false, tf32);
-  kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_ee56cce1_forward(c.x.data_ptr<float>(), c.w.data_ptr<float>(), ptr_or_null(c.b),
+  kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_66075be6_forward(c.x.data_ptr<float>(), c.w.data_ptr<float>(), ptr_or_null(c.b),
                                              out.data_ptr<float>(), ws.data_ptr(), n, tf32,
                                              c10::cuda::getCurrentCUDAStream().stream()), "fused forward", kProblem);
   return out;
@@ -1805,7 +1825,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(const at::Tensor& grad_o
   if (output_mask[0] || output_mask[1] || gb.numel()) {
     const int tf32 = tf32_allowed();
     at::Tensor ws = workspace(c.x, n, true, tf32);
-    kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_ee56cce1_backward(grad_out.data_ptr<float>(), c.x.data_ptr<float>(), c.w.data_ptr<float>(),
+    kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_66075be6_backward(grad_out.data_ptr<float>(), c.x.data_ptr<float>(), c.w.data_ptr<float>(),
                                                 ptr_or_null(c.b), output_mask[0] ? gx.data_ptr<float>() : nullptr,
                                                 output_mask[1] ? gw.data_ptr<float>() : nullptr,
                                                 gb.numel() ? gb.data_ptr<float>() : nullptr, ws.data_ptr(), n, tf32,
@@ -1822,7 +1842,7 @@ using BackwardSig = std::tuple<at::Tensor, at::Tensor, at::Tensor>(const at::Ten
 struct FusedFunction : public torch::autograd::Function<FusedFunction> {
   static at::Tensor forward(kgen_glue::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w,
                             const std::optional<at::Tensor>& b) {
-    static const auto op = kgen_glue::typed_op<ForwardSig>("kgen_conv2d_avgpool_act_reduce_ee56cce1::forward");
+    static const auto op = kgen_glue::typed_op<ForwardSig>("kgen_conv2d_avgpool_act_reduce_66075be6::forward");
     const bool has_bias = b.has_value() && b->defined();
     ctx->saved_data["has_bias"] = has_bias;
     ctx->save_for_backward({x, w, has_bias ? *b : at::Tensor()});
@@ -1830,7 +1850,7 @@ struct FusedFunction : public torch::autograd::Function<FusedFunction> {
     return op.call(x, w, b);
   }
   static kgen_glue::variable_list backward(kgen_glue::AutogradContext* ctx, kgen_glue::variable_list grads) {
-    static const auto op = kgen_glue::typed_op<BackwardSig>("kgen_conv2d_avgpool_act_reduce_ee56cce1::backward");
+    static const auto op = kgen_glue::typed_op<BackwardSig>("kgen_conv2d_avgpool_act_reduce_66075be6::backward");
     const auto saved = ctx->get_saved_variables();
     const bool has_bias = ctx->saved_data["has_bias"].toBool();
     // input edges: x, weight, then bias only when it was given
@@ -1848,21 +1868,21 @@ at::Tensor forward_autograd(const at::Tensor& x, const at::Tensor& w, const std:
 
 }  // namespace
 
-TORCH_LIBRARY(kgen_conv2d_avgpool_act_reduce_ee56cce1, m) {
+TORCH_LIBRARY(kgen_conv2d_avgpool_act_reduce_66075be6, m) {
   m.def("forward(Tensor x, Tensor weight, Tensor? bias) -> Tensor");
   m.def("backward(Tensor grad_out, Tensor x, Tensor weight, Tensor? bias, bool[3] output_mask) -> (Tensor, Tensor, Tensor)");
 }
 
 // CPU inputs reach the same functions, which reject them with a message saying what to do.
-TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_ee56cce1, CUDA, m) {
+TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_66075be6, CUDA, m) {
   m.impl("forward", &forward);
   m.impl("backward", &backward);
 }
-TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_ee56cce1, CPU, m) {
+TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_66075be6, CPU, m) {
   m.impl("forward", &forward);
   m.impl("backward", &backward);
 }
-TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_ee56cce1, Autograd, m) {
+TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_66075be6, Autograd, m) {
   m.impl("forward", &forward_autograd);
 }
 
@@ -1928,8 +1948,8 @@ def kgen_register():
                 weight.new_empty(weight.shape) if output_mask[1] else none,
                 bias.new_empty(bias.shape) if (output_mask[2] and bias is not None) else none)
 
-    torch.library.register_fake("kgen_conv2d_avgpool_act_reduce_ee56cce1::forward", forward_fake)
-    torch.library.register_fake("kgen_conv2d_avgpool_act_reduce_ee56cce1::backward", backward_fake)
+    torch.library.register_fake("kgen_conv2d_avgpool_act_reduce_66075be6::forward", forward_fake)
+    torch.library.register_fake("kgen_conv2d_avgpool_act_reduce_66075be6::backward", backward_fake)
 
 
 class ModelNew(nn.Module):

@@ -2,11 +2,15 @@
 // ---- 3xTF32 tensor-core helpers (mma.sync m16n8k8, fp32-level accuracy) ----
 // a = hi + lo with hi = rna(a) in tf32; lo is passed raw (the tensor core ignores its low 13 bits).
 // acc += a_lo*b_hi + a_hi*b_lo + a_hi*b_hi (small terms first).
-__device__ __forceinline__ void kg_split(float v, uint32_t& hi, uint32_t& lo) {
+// v rounded to TF32 (to nearest, ties away from zero), as a float's bits with the low 13 mantissa bits clear
+__device__ __forceinline__ uint32_t tf32_rna(float v) {
     uint32_t h;
     asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(h) : "f"(v));
-    hi = h;
-    lo = __float_as_uint(v - __uint_as_float(h));
+    return h;
+}
+__device__ __forceinline__ void kg_split(float v, uint32_t& hi, uint32_t& lo) {
+    hi = tf32_rna(v);
+    lo = __float_as_uint(v - __uint_as_float(hi));
 }
 __device__ __forceinline__ void kg_mma(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                        uint32_t b0, uint32_t b1) {

@@ -40,8 +40,8 @@ __device__ __forceinline__ void bwd_dpre(const float* x, const float* w, const B
             zero(acc);
             for (int ch = 0; ch < NCHUNK; ++ch) {
                 if ((NCHUNK > 1 || cc == 0) && sweep == 0)
-                    stage_chunk<B_EW, B_M, B_MPAD, BSU, false>(x, w, s.Ws, s.As, tile.img, ch, tile.ph_base,
-                                                               tile.pw_base);
+                    stage_chunk<B_EW, B_M, B_MPAD, BSU, false, X3>(x, w, s.Ws, s.As, tile.img, ch, tile.ph_base,
+                                                                   tile.pw_base);
                 gemm1<B_MT, G1_MTW, false, X3>(s.As, s.Ws, cc * COCH, warp + NW * sweep, acc);
             }
 #pragma unroll
@@ -136,7 +136,7 @@ __device__ __forceinline__ void grad_w_warp_grid(const BwdSmem& s, float* mypart
             const int nj = nj0 + WPM * q;
             if (DW_NT % WPM != 0 && nj >= DW_NT) continue;
             KgBFrag bf;
-            load_b<KP>(bf, s.As + (m0 + t) * KP + nj * 8 + g);
+            load_b<KP, !X3>(bf, s.As + (m0 + t) * KP + nj * 8 + g);
             kg_mma_x<X3>(c[q], a, bf);
         }
     }
@@ -175,7 +175,7 @@ __device__ __forceinline__ void grad_w_tile_list(const BwdSmem& s, float* mypart
             KgAFrag a;
             load_a<1, CP>(a, s.Dp + (m0 + t) * CP + mi * 16 + g, mk0, mk1);
             KgBFrag bf;
-            load_b<KP>(bf, s.As + (m0 + t) * KP + nj * 8 + g);
+            load_b<KP, !X3>(bf, s.As + (m0 + t) * KP + nj * 8 + g);
             kg_mma_x<X3>(c[q], a, bf);
         }
     }
@@ -214,7 +214,7 @@ __device__ __forceinline__ void bwd_dbs(const BwdSmem& s, int warp, int g, int t
 #pragma unroll
             for (int j = 0; j < KN8; ++j) {
                 KgBFrag bf;
-                load_b<KP>(bf, s.Ws + (ks * 8 + t) * KP + j * 8 + g);
+                load_b<KP, !X3>(bf, s.Ws + (ks * 8 + t) * KP + j * 8 + g);
                 kg_mma_x<X3>(acc3[j], a, bf);
             }
         }
@@ -422,7 +422,7 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
         s.bias_s[i] = (b != nullptr && i < CO) ? __ldg(b + i) * BSCALE : 0.0f;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     float* mypart = part + (size_t)blockIdx.x * PART;
-    if constexpr (NCHUNK == 1) stage_weights<false>(s.Ws, w, 0);
+    if constexpr (NCHUNK == 1) stage_weights<false, X3>(s.Ws, w, 0);
     bool first = true;
     for (long long tt = blockIdx.x; tt < total_tiles; tt += G) {
         BwdTile tile;
@@ -440,8 +440,8 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
         if (want_wb) bwd_grad_b(s, mypart + CO * KTOT, first);   // phase 3, into the grad_b end of the slice
         for (int ch = 0; ch < NCHUNK; ++ch) {
             // with K chunks, W and the box sums of chunk ch again (phase 2 left the last chunk's)
-            if constexpr (NCHUNK > 1) stage_chunk<B_EW, B_M, B_MPAD, BSU, false>(x, w, s.Ws, s.As, tile.img, ch,
-                                                                                 tile.ph_base, tile.pw_base);
+            if constexpr (NCHUNK > 1) stage_chunk<B_EW, B_M, B_MPAD, BSU, false, X3>(x, w, s.Ws, s.As, tile.img, ch,
+                                                                                     tile.ph_base, tile.pw_base);
             if (want_wb) {                             // phase 4
                 const int ci0 = ch * CI_CHUNK;
                 const size_t koff = (size_t)ch * CI_CHUNK * KK;

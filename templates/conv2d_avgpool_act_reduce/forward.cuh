@@ -48,7 +48,7 @@ fwd_kernel(const float* __restrict__ x, const float* __restrict__ w, const float
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const long long img = blockIdx.x / cl;
     const int rank = (int)(blockIdx.x - img * cl);
-    if constexpr (NCHUNK == 1) stage_weights<FWD_WFRAG>(Ws, w, 0);
+    if constexpr (NCHUNK == 1) stage_weights<FWD_WFRAG, X3>(Ws, w, 0);
     float tsum = 0.0f;
     for (int tile = rank; tile < F_TILES; tile += cl) {
         const int th = tile / F_TW, tw = tile - th * F_TW;
@@ -58,7 +58,7 @@ fwd_kernel(const float* __restrict__ x, const float* __restrict__ w, const float
             zero(acc);
             for (int ch = 0; ch < NCHUNK; ++ch) {
                 if (NCHUNK > 1 || cc == 0)
-                    stage_chunk<F_EW, F_M, F_MPAD, 1, FWD_WFRAG>(x, w, Ws, As, img, ch, ph0, pw0);
+                    stage_chunk<F_EW, F_M, F_MPAD, 1, FWD_WFRAG, X3>(x, w, Ws, As, img, ch, ph0, pw0);
                 gemm1<F_MT, F_MTW, FWD_WFRAG, X3>(As, Ws, cc * COCH, warp, acc);
             }
             tsum = fwd_act_sum(tsum, acc, bias_s, cc, ph0, pw0, warp, g, t);

@@ -12,11 +12,20 @@ __device__ __forceinline__ float w_scaled(const float* __restrict__ w, int co, i
     return v;
 }
 
+// v as staged for the GEMMs: as is for 3xTF32 (X3, split at each fragment load), else rounded to TF32 once here, so
+// the one-pass fragment loads take the bits as they are (load_a / load_b with RAW)
+template <bool X3>
+__device__ __forceinline__ float staged(float v) {
+    if constexpr (X3) return v;
+    else return __uint_as_float(tf32_rna(v));
+}
+
 // Ws[co][kk] = W[co, ch*CI_CHUNK*KK + kk] / DIV, zero padded to CO_ALL x KP
+template <bool X3>
 __device__ __forceinline__ void stage_w(float* Ws, const float* __restrict__ w, int ch) {
     for (int idx = threadIdx.x; idx < CO_ALL * KP; idx += NT) {
         const int co = idx / KP, kk = idx - co * KP;
-        Ws[idx] = w_scaled(w, co, kk, ch);
+        Ws[idx] = staged<X3>(w_scaled(w, co, kk, ch));
     }
 }
 
@@ -37,15 +46,15 @@ __device__ __forceinline__ void stage_wfrag(float4* Wf, const float* __restrict_
     }
 }
 
-// W of K chunk ch into shared memory: pre-split B fragments (WF, read back as float4) or plain Ws
-template <bool WF>
+// W of K chunk ch into shared memory: pre-split B fragments (WF, read back as float4) or plain Ws (staged<X3>)
+template <bool WF, bool X3>
 __device__ __forceinline__ void stage_weights(float* Ws, const float* w, int ch) {
     if constexpr (WF) stage_wfrag(reinterpret_cast<float4*>(Ws), w, ch);
-    else stage_w(Ws, w, ch);
+    else stage_w<X3>(Ws, w, ch);
 }
 
-// As[m][cl*KK + ky*KW + kx] = box sums for positions m of a tile (row-major EW wide), channel chunk ch.
-template <int EW, int M, int MPAD, int UNR = 1>
+// As[m][cl*KK + ky*KW + kx] = box sums for positions m of a tile (row-major EW wide), channel chunk ch (staged<X3>).
+template <int EW, int M, int MPAD, int UNR, bool X3>
 __device__ __forceinline__ void compute_as(const float* __restrict__ x, float* As, long long img, int ch,
                                            int ph_base, int pw_base) {
     constexpr int ITEMS = CI_CHUNK * MPAD, ITER = (ITEMS + NT - 1) / NT;
@@ -148,7 +157,7 @@ __device__ __forceinline__ void compute_as(const float* __restrict__ x, float* A
 #pragma unroll
         for (int ky = 0; ky < KH; ++ky)
 #pragma unroll
-            for (int kx = 0; kx < KW; ++kx) dst[ky * KW + kx] = acc[ky][kx];
+            for (int kx = 0; kx < KW; ++kx) dst[ky * KW + kx] = staged<X3>(acc[ky][kx]);
     }
     if constexpr (KC8 > KC) {
         for (int idx = threadIdx.x; idx < MPAD * (KC8 - KC); idx += NT) {
@@ -159,12 +168,12 @@ __device__ __forceinline__ void compute_as(const float* __restrict__ x, float* A
 }
 
 // Barrier; K chunk ch into shared memory: its W (with K chunks only: otherwise the block stages W once, before its
-// first tile) and the box sums As of the tile's positions; barrier.
-template <int EW, int M, int MPAD, int UNR, bool WF>
+// first tile) and the box sums As of the tile's positions, as staged for mode X3; barrier.
+template <int EW, int M, int MPAD, int UNR, bool WF, bool X3>
 __device__ __forceinline__ void stage_chunk(const float* x, const float* w, float* Ws, float* As, long long img, int ch,
                                             int ph_base, int pw_base) {
     __syncthreads();
-    if constexpr (NCHUNK > 1) stage_weights<WF>(Ws, w, ch);
-    compute_as<EW, M, MPAD, UNR>(x, As, img, ch, ph_base, pw_base);
+    if constexpr (NCHUNK > 1) stage_weights<WF, X3>(Ws, w, ch);
+    compute_as<EW, M, MPAD, UNR, X3>(x, As, img, ch, ph_base, pw_base);
     __syncthreads();
 }
