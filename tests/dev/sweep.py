@@ -1,6 +1,6 @@
 """Random in-scope problems for every registered family: render, check the generated module against KernelBench's
 static checker's rules (and nvcc-compile with --compile) here; on a GPU, also check forward and every gradient
-against PyTorch (tests/test_numerics.py's comparison).
+against PyTorch (tests/test_numerics.py's comparison; the conv families' outputs again with TF32 allowed, at 1e-2).
 Usage: python tests/dev/sweep.py [--n 12] [--seed 1] [--family NAME] [--compile] [--gpu] [--jobs 12]"""
 
 import argparse
@@ -73,6 +73,8 @@ def main():
         for fam, src, gen in gens:
             try:
                 compare(src)
+                if fam.startswith("conv2d"):  # also PyTorch's default flags (TF32 allowed), as a benchmark harness runs it
+                    compare(src, tf32=True)
                 print(f"ok {fam} {gen.name}")
             except Exception:
                 bad += 1
