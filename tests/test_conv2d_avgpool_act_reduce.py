@@ -1,9 +1,10 @@
 """conv2d_avgpool_act_reduce family: pattern matching and spec (CPU); fused kernels against PyTorch (GPU)."""
 
+import re
+
 import pytest
 import torch
 
-from kgen.errors import KgenError
 from kgen.families import conv2d_avgpool_act_reduce as fam
 from kgen.problem import load_problem
 from kgen.spec import match
@@ -79,6 +80,22 @@ def test_kernel_source_has_both_paths_and_no_dev_knobs():
     assert "#if KGEN_SM90" in src and "cluster_group" in src and "fwd_finish_kernel" in src
     for knob in ("DEV_MMA1", "KG_PT", "PROF", "GRID_BWD", "DWP"):
         assert knob not in src, knob
+
+
+def test_both_tf32_modes_are_built_and_the_binding_reads_the_flag():
+    """Each kernel is instantiated for 3xTF32 (X3) and for one TF32 pass, every launcher picks one from its tf32
+    argument, and the binding passes cuDNN's flag as read at that call (GPU tier: the modes' numerics)."""
+    from kgen import emit
+
+    files = emit.generate(write_problem(source(CONFIGS[0]))).files
+    src, binding = files["kernel.cu"], files["binding.cpp"]
+    assert "kernel_facts<true>" in src and "kernel_facts<false>" in src
+    for k in ("fwd_kernel", "bwd_kernel"):
+        assert f"tf32 ? {k}<false> : {k}<true>" in src, k
+    for entry in ("workspace_bytes", "forward", "backward"):
+        assert re.search(r'extern "C" cudaError_t \w+_' + entry + r"\([^)]*\bint tf32\b", src), entry
+    assert "at::globalContext().allowTF32CuDNN()" in binding
+    assert binding.count("tf32_allowed()") == 3  # its definition, forward, backward
 
 
 @pytest.mark.parametrize("act", sorted(fam.ACT_TYPES))
