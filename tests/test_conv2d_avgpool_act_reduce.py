@@ -244,9 +244,7 @@ def tf32_pool_first_reference(spec, x, w, b):
     n, k = x.shape[0], spec.CI * spec.KH * spec.KW
     cols = F.unfold(x, (spec.KH, spec.KW), dilation=(spec.DH, spec.DW), padding=(spec.PH, spec.PW), stride=(spec.SH, spec.SW))
     d = fam.derive(spec)
-    ho = (spec.H + 2 * spec.PH - spec.DH * (spec.KH - 1) - 1) // spec.SH + 1
-    wo = (spec.W + 2 * spec.PW - spec.DW * (spec.KW - 1) - 1) // spec.SW + 1
-    bs = F.avg_pool2d(cols.view(n, k, ho, wo), (spec.PKH, spec.PKW), (spec.PSH, spec.PSW), divisor_override=1)
+    bs = F.avg_pool2d(cols.view(n, k, d["HO"], d["WO"]), (spec.PKH, spec.PKW), (spec.PSH, spec.PSW), divisor_override=1)
     rows = bs.permute(0, 2, 3, 1).reshape(-1, k)
     pre = _TF32Gemm.apply(rows, w.reshape(spec.CO, k) / spec.DIV).view(n, d["PHO"], d["PWO"], spec.CO)
     if b is not None:

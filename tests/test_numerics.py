@@ -67,8 +67,9 @@ def _compare(source: str, seed: int, tf32: bool):
         for i, (o, r) in enumerate(zip(outputs(new(x)), ref)):
             if r.is_floating_point():
                 checks.append((f"inference output {i}", o, r.detach(), ("out", i)))
-    grads = [(o, r, torch.randn_like(r)) for o, r in zip(out, ref) if r.is_floating_point() and r.requires_grad]
-    if grads and not tf32:  # else e.g. a pool that returns only its indices: nothing to differentiate
+    grads = [] if tf32 else [(o, r, torch.randn_like(r)) for o, r in zip(out, ref)
+                             if r.is_floating_point() and r.requires_grad]
+    if grads:  # else TF32 mode, or e.g. a pool that returns only its indices: nothing to differentiate
         torch.autograd.backward([r for _, r, _ in grads], [g for _, _, g in grads])
         poison_cuda_allocator(4 * x.numel() + 4096)
         torch.autograd.backward([o for o, _, _ in grads], [g for _, _, g in grads])

@@ -1,5 +1,5 @@
-// kgen_conv2d_avgpool_act_reduce_66075be6: torch glue for the fused Conv2d -> AvgPool2d -> sigmoid -> sum kernels in kernel.cu
-// (ops under torch.ops.kgen_conv2d_avgpool_act_reduce_66075be6; autograd in C++, see common/torch_glue.h). The cuDNN TF32 flag
+// kgen_conv2d_avgpool_act_reduce_183c6534: torch glue for the fused Conv2d -> AvgPool2d -> sigmoid -> sum kernels in kernel.cu
+// (ops under torch.ops.kgen_conv2d_avgpool_act_reduce_183c6534; autograd in C++, see common/torch_glue.h). The cuDNN TF32 flag
 // (torch.backends.cudnn.allow_tf32) is read at each call: off, the kernels run 3xTF32; allowed, one TF32 pass.
 // kgen fixed C++ glue helpers (pulled into each rendered binding by Jinja include).
 // Light headers only: torch/library.h, ATen/core, the autograd Function header and torch's pybind casters, not
@@ -132,10 +132,10 @@ inline void check_same_device(const at::Tensor& a, const at::Tensor& b, const ch
 #include <optional>
 #include <tuple>
 
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_66075be6_workspace_bytes(int64_t n, int backward, int tf32, size_t* bytes);
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_66075be6_forward(const float* x, const float* w, const float* b, float* out, void* workspace,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_183c6534_workspace_bytes(int64_t n, int backward, int tf32, size_t* bytes);
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_183c6534_forward(const float* x, const float* w, const float* b, float* out, void* workspace,
                                           int64_t n, int tf32, cudaStream_t stream);
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_66075be6_backward(const float* grad_out, const float* x, const float* w, const float* b,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_183c6534_backward(const float* grad_out, const float* x, const float* w, const float* b,
                                            float* grad_x, float* grad_w, float* grad_b, void* workspace, int64_t n,
                                            int tf32, cudaStream_t stream);
 
@@ -166,7 +166,7 @@ int tf32_allowed() { return at::globalContext().allowTF32CuDNN() ? 1 : 0; }
 // path and TF32 mode; uninitialised is fine.
 at::Tensor workspace(const at::Tensor& like, int64_t n, bool backward, int tf32) {
   size_t bytes = 0;
-  kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_66075be6_workspace_bytes(n, backward ? 1 : 0, tf32, &bytes), "workspace query", kProblem);
+  kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_183c6534_workspace_bytes(n, backward ? 1 : 0, tf32, &bytes), "workspace query", kProblem);
   return at::empty({bytes > 0 ? static_cast<int64_t>(bytes) : 1}, like.options().dtype(at::kByte));
 }
 
@@ -177,7 +177,7 @@ at::Tensor forward(const at::Tensor& x_in, const at::Tensor& w_in, const std::op
   at::Tensor out = at::empty({n}, c.x.options());
   const int tf32 = tf32_allowed();
   at::Tensor ws = workspace(c.x, n, false, tf32);
-  kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_66075be6_forward(c.x.data_ptr<float>(), c.w.data_ptr<float>(), ptr_or_null(c.b),
+  kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_183c6534_forward(c.x.data_ptr<float>(), c.w.data_ptr<float>(), ptr_or_null(c.b),
                                              out.data_ptr<float>(), ws.data_ptr(), n, tf32,
                                              c10::cuda::getCurrentCUDAStream().stream()), "fused forward", kProblem);
   return out;
@@ -199,7 +199,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(const at::Tensor& grad_o
   if (output_mask[0] || output_mask[1] || gb.numel()) {
     const int tf32 = tf32_allowed();
     at::Tensor ws = workspace(c.x, n, true, tf32);
-    kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_66075be6_backward(grad_out.data_ptr<float>(), c.x.data_ptr<float>(), c.w.data_ptr<float>(),
+    kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_183c6534_backward(grad_out.data_ptr<float>(), c.x.data_ptr<float>(), c.w.data_ptr<float>(),
                                                 ptr_or_null(c.b), output_mask[0] ? gx.data_ptr<float>() : nullptr,
                                                 output_mask[1] ? gw.data_ptr<float>() : nullptr,
                                                 gb.numel() ? gb.data_ptr<float>() : nullptr, ws.data_ptr(), n, tf32,
@@ -216,7 +216,7 @@ using BackwardSig = std::tuple<at::Tensor, at::Tensor, at::Tensor>(const at::Ten
 struct FusedFunction : public torch::autograd::Function<FusedFunction> {
   static at::Tensor forward(kgen_glue::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w,
                             const std::optional<at::Tensor>& b) {
-    static const auto op = kgen_glue::typed_op<ForwardSig>("kgen_conv2d_avgpool_act_reduce_66075be6::forward");
+    static const auto op = kgen_glue::typed_op<ForwardSig>("kgen_conv2d_avgpool_act_reduce_183c6534::forward");
     const bool has_bias = b.has_value() && b->defined();
     ctx->saved_data["has_bias"] = has_bias;
     ctx->save_for_backward({x, w, has_bias ? *b : at::Tensor()});
@@ -224,7 +224,7 @@ struct FusedFunction : public torch::autograd::Function<FusedFunction> {
     return op.call(x, w, b);
   }
   static kgen_glue::variable_list backward(kgen_glue::AutogradContext* ctx, kgen_glue::variable_list grads) {
-    static const auto op = kgen_glue::typed_op<BackwardSig>("kgen_conv2d_avgpool_act_reduce_66075be6::backward");
+    static const auto op = kgen_glue::typed_op<BackwardSig>("kgen_conv2d_avgpool_act_reduce_183c6534::backward");
     const auto saved = ctx->get_saved_variables();
     const bool has_bias = ctx->saved_data["has_bias"].toBool();
     // input edges: x, weight, then bias only when it was given
@@ -242,21 +242,21 @@ at::Tensor forward_autograd(const at::Tensor& x, const at::Tensor& w, const std:
 
 }  // namespace
 
-TORCH_LIBRARY(kgen_conv2d_avgpool_act_reduce_66075be6, m) {
+TORCH_LIBRARY(kgen_conv2d_avgpool_act_reduce_183c6534, m) {
   m.def("forward(Tensor x, Tensor weight, Tensor? bias) -> Tensor");
   m.def("backward(Tensor grad_out, Tensor x, Tensor weight, Tensor? bias, bool[3] output_mask) -> (Tensor, Tensor, Tensor)");
 }
 
 // CPU inputs reach the same functions, which reject them with a message saying what to do.
-TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_66075be6, CUDA, m) {
+TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_183c6534, CUDA, m) {
   m.impl("forward", &forward);
   m.impl("backward", &backward);
 }
-TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_66075be6, CPU, m) {
+TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_183c6534, CPU, m) {
   m.impl("forward", &forward);
   m.impl("backward", &backward);
 }
-TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_66075be6, Autograd, m) {
+TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_183c6534, Autograd, m) {
   m.impl("forward", &forward_autograd);
 }
 

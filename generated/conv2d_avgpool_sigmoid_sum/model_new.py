@@ -2,7 +2,7 @@
 
 Do not edit: regenerate with `kgen generate kgen/problems/conv2d_avgpool_sigmoid_sum.py` (a hand edit makes kgen refuse to overwrite
 this file without --force).
-kgen-checksum: 50456b40d687c975432b01212405ab3061f9a94413c67edc6833b6999462262a
+kgen-checksum: 5fa7547bb2a66fcf1c1924afad9d7d63ca5ba4fa7779d55f8a5e314cfa3a3034
 
 Family conv2d_avgpool_act_reduce; spec 52613d086abfd65f:
     CI = 8
@@ -44,7 +44,7 @@ How it works:
 The CUDA and C++ sources below are also written beside this file (kernel.cu, binding.cpp) for reading. They are
 compiled on first import into the extension kgen_conv2d_avgpool_act_reduce_<hash> (the hash covers the sources, compiler flags,
 torch and CUDA versions and the target architectures), cached under $KGEN_CACHE_DIR (else
-$TORCH_EXTENSIONS_DIR/kgen, else ~/.cache/kgen), and loaded from there afterwards. Ops: torch.ops.kgen_conv2d_avgpool_act_reduce_66075be6.forward / .backward; autograd is registered in C++ (the
+$TORCH_EXTENSIONS_DIR/kgen, else ~/.cache/kgen), and loaded from there afterwards. Ops: torch.ops.kgen_conv2d_avgpool_act_reduce_183c6534.forward / .backward; autograd is registered in C++ (the
 Autograd dispatch key) and fake kernels below, so a training step runs no Python beyond forward's call, and
 torch.compile(fullgraph=True) and torch.library.opcheck work.
 """
@@ -366,8 +366,8 @@ def kgen_load_extension(namespace, cuda_source, cpp_source):
     return module
 
 # ---- generated kernels ------------------------------------------------------------------------------------------
-KGEN_NAMESPACE = "kgen_conv2d_avgpool_act_reduce_66075be6"
-KGEN_CUDA_SOURCE = r'''// kgen: fused Conv2d -> AvgPool2d -> sigmoid -> sum over [C,H,W]  (kgen_conv2d_avgpool_act_reduce_66075be6)
+KGEN_NAMESPACE = "kgen_conv2d_avgpool_act_reduce_183c6534"
+KGEN_CUDA_SOURCE = r'''// kgen: fused Conv2d -> AvgPool2d -> sigmoid -> sum over [C,H,W]  (kgen_conv2d_avgpool_act_reduce_183c6534)
 // Pool-first: conv followed by avg-pool is one linear map, so each pooled output is
 //   pre[n,co,ph,pw] = bias[co] + sum_k (W[co,k]/DIV) * Bs[n,ph,pw,k]   (k = ci*KH*KW + ky*KW + kx)
 // where Bs is a PKH x PKW box sum of the (zero-padded) input at the conv tap offsets.
@@ -464,7 +464,7 @@ struct Identity {
 
 #endif  // KGEN_ACTIVATION_CUH
 
-namespace kgen_conv2d_avgpool_act_reduce_66075be6_ns {
+namespace kgen_conv2d_avgpool_act_reduce_183c6534_ns {
 
 // ---- 3xTF32 tensor-core helpers (mma.sync m16n8k8, fp32-level accuracy) ----
 // a = hi + lo with hi = rna(a) in tf32; lo is passed raw (the tensor core ignores its low 13 bits).
@@ -860,8 +860,9 @@ __device__ __forceinline__ void load_b(KgBFrag& b, const float4 v) {
 }
 
 // GEMM1: acc[i][j] (m-tile mt0+NW*i, n-tile j of channel pass co0) += As * Ws^T over this K chunk; W as staged by
-// stage_weights<WF, X3> and the box sums by compute_as<..., X3> (RAW loads where !X3). X3: the three 3xTF32 products are three passes over the m-tiles, so their mma chains
-// interleave; else only the last pass (the product of the TF32-rounded operands).
+// stage_weights<WF, X3> and the box sums by compute_as<..., X3> (RAW loads where !X3). X3: the three 3xTF32
+// products are three passes over the m-tiles, so their mma chains interleave; else only the last pass (the product
+// of the TF32-rounded operands).
 template <int MT, int MTW, bool WF, bool X3>
 __device__ __forceinline__ void gemm1(const float* As, const float* Ws, int co0, int mt0, float (&acc)[MTW][NT8][4]) {
     const int warp = mt0, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -1540,13 +1541,13 @@ static long long bwd_grid(int64_t n, const DevInfo& d, int tf32) {
     const long long tiles = (long long)n * B_TILES, wave = (long long)d.sms * d.bwd_per_sm[tf32];
     return tiles < wave ? tiles : wave;
 }
-}  // namespace kgen_conv2d_avgpool_act_reduce_66075be6_ns
+}  // namespace kgen_conv2d_avgpool_act_reduce_183c6534_ns
 
 // Workspace bytes the forward (backward == 0) or the backward (backward != 0) needs at batch n on the current
 // device, in TF32 mode tf32 (0: 3xTF32, 1: one TF32 pass; the launch must pass the same). Uninitialised memory is
 // fine: every float the kernels read back was written earlier in the same call.
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_66075be6_workspace_bytes(int64_t n, int backward, int tf32, size_t* bytes) {
-    using namespace kgen_conv2d_avgpool_act_reduce_66075be6_ns;
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_183c6534_workspace_bytes(int64_t n, int backward, int tf32, size_t* bytes) {
+    using namespace kgen_conv2d_avgpool_act_reduce_183c6534_ns;
     tf32 = tf32 ? 1 : 0;
     *bytes = 0;
     if (n <= 0) return cudaSuccess;
@@ -1563,9 +1564,9 @@ extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_66075be6_workspace_bytes(i
     return cudaSuccess;
 }
 
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_66075be6_forward(const float* x, const float* w, const float* b, float* out,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_183c6534_forward(const float* x, const float* w, const float* b, float* out,
                                          void* workspace, int64_t n, int tf32, cudaStream_t stream) {
-    using namespace kgen_conv2d_avgpool_act_reduce_66075be6_ns;
+    using namespace kgen_conv2d_avgpool_act_reduce_183c6534_ns;
     if (n <= 0) return cudaSuccess;
     tf32 = tf32 ? 1 : 0;
     const DevInfo* d = nullptr;
@@ -1599,10 +1600,10 @@ extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_66075be6_forward(const flo
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_66075be6_backward(const float* grad_out, const float* x, const float* w, const float* b,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_183c6534_backward(const float* grad_out, const float* x, const float* w, const float* b,
                                           float* grad_x, float* grad_w, float* grad_b, void* workspace,
                                           int64_t n, int tf32, cudaStream_t stream) {
-    using namespace kgen_conv2d_avgpool_act_reduce_66075be6_ns;
+    using namespace kgen_conv2d_avgpool_act_reduce_183c6534_ns;
     tf32 = tf32 ? 1 : 0;
     const int want_wb = (grad_w != nullptr || grad_b != nullptr) ? 1 : 0;
     float* part = static_cast<float*>(workspace);
@@ -1624,8 +1625,8 @@ extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_66075be6_backward(const fl
     return cudaSuccess;
 }
 '''
-KGEN_CPP_SOURCE = r'''// kgen_conv2d_avgpool_act_reduce_66075be6: torch glue for the fused Conv2d -> AvgPool2d -> sigmoid -> sum kernels in kernel.cu
-// (ops under torch.ops.kgen_conv2d_avgpool_act_reduce_66075be6; autograd in C++, see common/torch_glue.h). The cuDNN TF32 flag
+KGEN_CPP_SOURCE = r'''// kgen_conv2d_avgpool_act_reduce_183c6534: torch glue for the fused Conv2d -> AvgPool2d -> sigmoid -> sum kernels in kernel.cu
+// (ops under torch.ops.kgen_conv2d_avgpool_act_reduce_183c6534; autograd in C++, see common/torch_glue.h). The cuDNN TF32 flag
 // (torch.backends.cudnn.allow_tf32) is read at each call: off, the kernels run 3xTF32; allowed, one TF32 pass.
 // kgen fixed C++ glue helpers (pulled into each rendered binding by Jinja include).
 // Light headers only: torch/library.h, ATen/core, the autograd Function header and torch's pybind casters, not
@@ -1758,10 +1759,10 @@ inline void check_same_device(const at::Tensor& a, const at::Tensor& b, const ch
 #include <optional>
 #include <tuple>
 
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_66075be6_workspace_bytes(int64_t n, int backward, int tf32, size_t* bytes);
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_66075be6_forward(const float* x, const float* w, const float* b, float* out, void* workspace,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_183c6534_workspace_bytes(int64_t n, int backward, int tf32, size_t* bytes);
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_183c6534_forward(const float* x, const float* w, const float* b, float* out, void* workspace,
                                           int64_t n, int tf32, cudaStream_t stream);
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_66075be6_backward(const float* grad_out, const float* x, const float* w, const float* b,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_183c6534_backward(const float* grad_out, const float* x, const float* w, const float* b,
                                            float* grad_x, float* grad_w, float* grad_b, void* workspace, int64_t n,
                                            int tf32, cudaStream_t stream);
 
@@ -1792,7 +1793,7 @@ int tf32_allowed() { return at::globalContext().allowTF32CuDNN() ? 1 : 0; }
 // path and TF32 mode; uninitialised is fine.
 at::Tensor workspace(const at::Tensor& like, int64_t n, bool backward, int tf32) {
   size_t bytes = 0;
-  kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_66075be6_workspace_bytes(n, backward ? 1 : 0, tf32, &bytes), "workspace query", kProblem);
+  kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_183c6534_workspace_bytes(n, backward ? 1 : 0, tf32, &bytes), "workspace query", kProblem);
   return at::empty({bytes > 0 ? static_cast<int64_t>(bytes) : 1}, like.options().dtype(at::kByte));
 }
 
@@ -1803,7 +1804,7 @@ at::Tensor forward(const at::Tensor& x_in, const at::Tensor& w_in, const std::op
   at::Tensor out = at::empty({n}, c.x.options());
   const int tf32 = tf32_allowed();
   at::Tensor ws = workspace(c.x, n, false, tf32);
-  kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_66075be6_forward(c.x.data_ptr<float>(), c.w.data_ptr<float>(), ptr_or_null(c.b),
+  kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_183c6534_forward(c.x.data_ptr<float>(), c.w.data_ptr<float>(), ptr_or_null(c.b),
                                              out.data_ptr<float>(), ws.data_ptr(), n, tf32,
                                              c10::cuda::getCurrentCUDAStream().stream()), "fused forward", kProblem);
   return out;
@@ -1825,7 +1826,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(const at::Tensor& grad_o
   if (output_mask[0] || output_mask[1] || gb.numel()) {
     const int tf32 = tf32_allowed();
     at::Tensor ws = workspace(c.x, n, true, tf32);
-    kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_66075be6_backward(grad_out.data_ptr<float>(), c.x.data_ptr<float>(), c.w.data_ptr<float>(),
+    kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_183c6534_backward(grad_out.data_ptr<float>(), c.x.data_ptr<float>(), c.w.data_ptr<float>(),
                                                 ptr_or_null(c.b), output_mask[0] ? gx.data_ptr<float>() : nullptr,
                                                 output_mask[1] ? gw.data_ptr<float>() : nullptr,
                                                 gb.numel() ? gb.data_ptr<float>() : nullptr, ws.data_ptr(), n, tf32,
@@ -1842,7 +1843,7 @@ using BackwardSig = std::tuple<at::Tensor, at::Tensor, at::Tensor>(const at::Ten
 struct FusedFunction : public torch::autograd::Function<FusedFunction> {
   static at::Tensor forward(kgen_glue::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w,
                             const std::optional<at::Tensor>& b) {
-    static const auto op = kgen_glue::typed_op<ForwardSig>("kgen_conv2d_avgpool_act_reduce_66075be6::forward");
+    static const auto op = kgen_glue::typed_op<ForwardSig>("kgen_conv2d_avgpool_act_reduce_183c6534::forward");
     const bool has_bias = b.has_value() && b->defined();
     ctx->saved_data["has_bias"] = has_bias;
     ctx->save_for_backward({x, w, has_bias ? *b : at::Tensor()});
@@ -1850,7 +1851,7 @@ struct FusedFunction : public torch::autograd::Function<FusedFunction> {
     return op.call(x, w, b);
   }
   static kgen_glue::variable_list backward(kgen_glue::AutogradContext* ctx, kgen_glue::variable_list grads) {
-    static const auto op = kgen_glue::typed_op<BackwardSig>("kgen_conv2d_avgpool_act_reduce_66075be6::backward");
+    static const auto op = kgen_glue::typed_op<BackwardSig>("kgen_conv2d_avgpool_act_reduce_183c6534::backward");
     const auto saved = ctx->get_saved_variables();
     const bool has_bias = ctx->saved_data["has_bias"].toBool();
     // input edges: x, weight, then bias only when it was given
@@ -1868,21 +1869,21 @@ at::Tensor forward_autograd(const at::Tensor& x, const at::Tensor& w, const std:
 
 }  // namespace
 
-TORCH_LIBRARY(kgen_conv2d_avgpool_act_reduce_66075be6, m) {
+TORCH_LIBRARY(kgen_conv2d_avgpool_act_reduce_183c6534, m) {
   m.def("forward(Tensor x, Tensor weight, Tensor? bias) -> Tensor");
   m.def("backward(Tensor grad_out, Tensor x, Tensor weight, Tensor? bias, bool[3] output_mask) -> (Tensor, Tensor, Tensor)");
 }
 
 // CPU inputs reach the same functions, which reject them with a message saying what to do.
-TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_66075be6, CUDA, m) {
+TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_183c6534, CUDA, m) {
   m.impl("forward", &forward);
   m.impl("backward", &backward);
 }
-TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_66075be6, CPU, m) {
+TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_183c6534, CPU, m) {
   m.impl("forward", &forward);
   m.impl("backward", &backward);
 }
-TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_66075be6, Autograd, m) {
+TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_183c6534, Autograd, m) {
   m.impl("forward", &forward_autograd);
 }
 
@@ -1948,8 +1949,8 @@ def kgen_register():
                 weight.new_empty(weight.shape) if output_mask[1] else none,
                 bias.new_empty(bias.shape) if (output_mask[2] and bias is not None) else none)
 
-    torch.library.register_fake("kgen_conv2d_avgpool_act_reduce_66075be6::forward", forward_fake)
-    torch.library.register_fake("kgen_conv2d_avgpool_act_reduce_66075be6::backward", backward_fake)
+    torch.library.register_fake("kgen_conv2d_avgpool_act_reduce_183c6534::forward", forward_fake)
+    torch.library.register_fake("kgen_conv2d_avgpool_act_reduce_183c6534::backward", backward_fake)
 
 
 class ModelNew(nn.Module):

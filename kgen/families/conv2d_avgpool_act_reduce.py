@@ -164,6 +164,16 @@ PATHS = {
 UNROLLS = dict(BSU=1, DWU=2, G3U=1, GU=1)
 
 
+def smem_bytes(kk: int, co_all: int, wfrag: int, ci_chunk: int, f_mpad: int, b_mpad: int) -> tuple[int, int]:
+    """The template's F_SMEM and B_SMEM: shared memory of the forward (W as pre-split fragments where wfrag, else plain;
+    the box sums of f_mpad positions) and of the backward (b_mpad positions) at ci_chunk input channels a K chunk."""
+    kc8 = _r(ci_chunk * kk, 8)
+    kp = kc8 + 4
+    fw = ((kc8 * co_all * 2 if wfrag else co_all * kp) + f_mpad * kp + 32 + co_all) * 4
+    bw = (co_all * kp + b_mpad * kp + b_mpad * (co_all + 4) + b_mpad + co_all) * 4
+    return fw, bw
+
+
 def derive(spec: Spec) -> dict:
     """Everything the kernel template needs besides the problem constants: one tiling per kernel path
     (TILE_SM90, TILE_SM80), the loop unrolls, the output sizes, the activation's struct (ACT_TYPE) and whether the
@@ -205,12 +215,8 @@ def derive(spec: Spec) -> dict:
         if not bwd:
             raise Unsupported(f"pool/conv windows ({PR}x{PC} input pixels per pooled output) are too large for the backward tiling")
 
-        def smem(ci_chunk: int, f_mpad: int, b_mpad: int) -> tuple[int, int]:  # the template's F_SMEM and B_SMEM
-            kc8 = _r(ci_chunk * KK, 8)
-            kp = kc8 + 4
-            fw = ((kc8 * CO_ALL * 2 if wfrag else CO_ALL * kp) + f_mpad * kp + 32 + CO_ALL) * 4
-            bw = (CO_ALL * kp + b_mpad * kp + b_mpad * (CO_ALL + 4) + b_mpad + CO_ALL) * 4
-            return fw, bw
+        def smem(ci_chunk: int, f_mpad: int, b_mpad: int) -> tuple[int, int]:
+            return smem_bytes(KK, CO_ALL, wfrag, ci_chunk, f_mpad, b_mpad)
 
         def fitting(ci_chunk: int):  # the first (preferred) forward and backward tiles that fit at this K chunk
             f = next((t for t in fwd if smem(ci_chunk, t[3], 0)[0] <= f_cap), None)

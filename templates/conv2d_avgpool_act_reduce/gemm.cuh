@@ -58,8 +58,9 @@ __device__ __forceinline__ void load_b(KgBFrag& b, const float4 v) {
 }
 
 // GEMM1: acc[i][j] (m-tile mt0+NW*i, n-tile j of channel pass co0) += As * Ws^T over this K chunk; W as staged by
-// stage_weights<WF, X3> and the box sums by compute_as<..., X3> (RAW loads where !X3). X3: the three 3xTF32 products are three passes over the m-tiles, so their mma chains
-// interleave; else only the last pass (the product of the TF32-rounded operands).
+// stage_weights<WF, X3> and the box sums by compute_as<..., X3> (RAW loads where !X3). X3: the three 3xTF32
+// products are three passes over the m-tiles, so their mma chains interleave; else only the last pass (the product
+// of the TF32-rounded operands).
 template <int MT, int MTW, bool WF, bool X3>
 __device__ __forceinline__ void gemm1(const float* As, const float* Ws, int co0, int mt0, float (&acc)[MTW][NT8][4]) {
     const int warp = mt0, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;

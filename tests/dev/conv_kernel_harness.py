@@ -88,17 +88,15 @@ def render(spec, name=None):
 
 def tile_smem(spec, t):
     """F_SMEM / B_SMEM of an overridden tiling, as the template lays them out (its static_assert checks the sum)."""
-    from kgen.families.conv2d_avgpool_act_reduce import _r
+    from kgen.families.conv2d_avgpool_act_reduce import _r, smem_bytes
     d = derive(spec)
-    kk, co_all = spec["KH"] * spec["KW"], _r(_r(spec["CO"], 16), min(_r(spec["CO"], 16), 64))
+    co_all = _r(_r(spec["CO"], 16), min(_r(spec["CO"], 16), 64))
     pr = (spec["PKH"] - 1) * spec["SH"] + (spec["KH"] - 1) * spec["DH"] + 1
     pc = (spec["PKW"] - 1) * spec["SW"] + (spec["KW"] - 1) * spec["DW"] + 1
     hh = 0 if -(-d["PHO"] // t["TPH_B"]) == 1 else (pr - 1) // (spec["PSH"] * spec["SH"])
     hw = 0 if -(-d["PWO"] // t["TPW_B"]) == 1 else (pc - 1) // (spec["PSW"] * spec["SW"])
-    kc8 = _r(t["CI_CHUNK"] * kk, 8)
-    kp, fm, bm = kc8 + 4, _r(t["TPH"] * t["TPW"], 16), _r((t["TPH_B"] + hh) * (t["TPW_B"] + hw), 16)
-    fw = ((kc8 * co_all * 2 if t["FWD_WFRAG"] else co_all * kp) + fm * kp + 32 + co_all) * 4
-    bw = (co_all * kp + bm * kp + bm * (co_all + 4) + bm + co_all) * 4
+    fw, bw = smem_bytes(spec["KH"] * spec["KW"], co_all, t["FWD_WFRAG"], t["CI_CHUNK"], _r(t["TPH"] * t["TPW"], 16),
+                        _r((t["TPH_B"] + hh) * (t["TPW_B"] + hw), 16))
     return dict(F_SMEM=fw, B_SMEM=bw)
 
 
