@@ -5,13 +5,16 @@ cutting each line at its first '#' and its first '//', so words inside strings a
 Strict (an error there): no try/except (we also forbid finally), no `pass` token, no timing patches, no threads or
 processes, no tensor subclasses, and __global__ plus load_inline present with CUDA thread indexing.
 Warning level (we hold these too): no torch.nn compute layers, no torch compute ops, no F.* / nn.functional calls,
-no extra CUDA streams."""
+no extra CUDA streams, and for float32 problems no float-to-half conversion (its precision-downgrade check)."""
 
 import re
 
 import pytest
 
+import torch
+
 from kgen import emit
+from kgen.problem import load_problem
 from tests.families import all_cases
 from tests.helpers import REPO, write_problem
 
@@ -53,13 +56,18 @@ WARNING = {
     "CUDA stream": [r"torch\.cuda\.Stream\s*\(", r"cuda\.Stream\s*\(", r"with\s+torch\.cuda\.stream", r"\.wait_stream\s*\(",
                     r"\.record_stream\s*\("],
 }
+FP32_ONLY = {  # the checker's precision-downgrade patterns, applied when the problem computes in float32
+    "float-to-half conversion": [r"__float2half(_rn)?\s*\(", r"\(\s*__half\s*\)\s*[\w\->\.]+",
+                                 r"static_cast\s*<\s*(__half|half)\s*>\s*\(", r"\bCUDA_R_16F\b",
+                                 r"\.half\s*\(", r"\.float16\s*\(", r"\.to\s*\(\s*(dtype\s*=\s*)?torch\.(float16|half)\b"],
+}
 REQUIRED = [r"__global__", r"load_inline", r"\bthreadIdx\.|\bblockIdx\.|\bblockDim\.|\bgridDim\."]
 
 
-def violations(text: str) -> list[str]:
+def violations(text: str, fp32: bool = True) -> list[str]:
     code = strip_comments(text)
     found = []
-    for rule, patterns in {**STRICT, **WARNING}.items():
+    for rule, patterns in {**STRICT, **WARNING, **(FP32_ONLY if fp32 else {})}.items():
         for pat in patterns:
             m = re.search(pat, code, flags=re.MULTILINE)
             if m:
@@ -77,6 +85,12 @@ def test_rules_catch_what_they_should():
                 "const char* m = \"please pass a tensor\";\n"]:
         assert violations(good + bad), bad
     assert violations("__global__ void k() { threadIdx.x; } // pass\nload_inline  # try: except\n") == []
+    half = "return __float2half_rn(v);\n"
+    assert violations(good + half) and violations(good + half, fp32=False) == []
+
+
+def computes_in_float32(problem_path) -> bool:
+    return all(d == torch.float32 for d in load_problem(problem_path).input_dtypes)
 
 
 GENERATED = sorted((REPO / "generated").glob("*/model_new.py"))
@@ -84,7 +98,8 @@ GENERATED = sorted((REPO / "generated").glob("*/model_new.py"))
 
 @pytest.mark.parametrize("path", GENERATED, ids=[p.parent.name for p in GENERATED])
 def test_committed_generated_modules_pass_the_static_checker(path):
-    assert violations(path.read_text()) == []
+    problem = REPO / "kgen" / "problems" / f"{path.parent.name}.py"
+    assert violations(path.read_text(), computes_in_float32(problem)) == []
 
 
 CASES = all_cases()
@@ -92,4 +107,5 @@ CASES = all_cases()
 
 @pytest.mark.parametrize("family,cid,source", CASES, ids=[f"{f}-{c}" for f, c, _ in CASES])
 def test_rendered_modules_pass_the_static_checker(family, cid, source):
-    assert violations(emit.generate(write_problem(source)).files["model_new.py"]) == []
+    problem = write_problem(source)
+    assert violations(emit.generate(problem).files["model_new.py"], computes_in_float32(problem)) == []

@@ -46,12 +46,13 @@ class DType:
     ctype: str  # CUDA element type
     aten: str  # ATen scalar type
     size: int  # bytes
+    headers: tuple[str, ...] = ()  # templates included for this element type only
 
 
 DTYPES = {
     "float32": DType("float", "at::kFloat", 4),
-    "float16": DType("__half", "at::kHalf", 2),
-    "bfloat16": DType("__nv_bfloat16", "at::kBFloat16", 2),
+    "float16": DType("__half", "at::kHalf", 2, ("pool/half.cuh",)),
+    "bfloat16": DType("__nv_bfloat16", "at::kBFloat16", 2, ("pool/bfloat16.cuh",)),
 }
 TORCH_DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
 
@@ -507,7 +508,7 @@ def context(spec: Spec) -> dict:
         "reduce": g.reduce, "adaptive": g.adaptive, "design": pl["forward"], "backward": pl["backward"],
         "D": D, "H": H, "W": W, "DO": DO, "HO": HO, "WO": WO, "KD": KD, "KH": KH, "KW": KW, "SD": SD, "SH": SH,
         "SW": SW, "PD": PD, "PH": PH, "PW": PW, "DD": DD, "DH": DH, "DW": DW,
-        "ctype": dt.ctype, "aten_dtype": dt.aten, "itemsize": dt.size, "const_divisor": const_divisor(spec, g),
+        "ctype": dt.ctype, "dtype_headers": list(dt.headers), "aten_dtype": dt.aten, "itemsize": dt.size, "const_divisor": const_divisor(spec, g),
         "off_ctype": off.ctype, "off_aten": off.aten, "off_torch": off.torch, "off_size": off.size,
         "threads": THREADS, "unroll_max": UNROLL_MAX, "fwd_min_blocks": MIN_BLOCKS[pl["forward"]],
         "bwd_min_blocks": MIN_BLOCKS["scatter" if pl["backward"] == "scatter" else "gather"],
