@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import tempfile
@@ -87,6 +88,26 @@ def poison_cuda_allocator(numel: int) -> None:
     """Fill freed caching-allocator blocks with NaN so an output allocated next shows any element left unwritten."""
     junk = torch.full((numel,), float("nan"), device="cuda")
     del junk
+
+
+@contextlib.contextmanager
+def tf32_mode(allow: bool, every_pass: bool = False):
+    """cuDNN's TF32 flag as given; every_pass: kgen runs every pass in TF32 while allowed (KGEN_TF32=all), not only
+    where cuDNN would (kgen/cudnn_tf32.py). Both restored after."""
+    allow_was, env_was = torch.backends.cudnn.allow_tf32, os.environ.get("KGEN_TF32")
+    torch.backends.cudnn.allow_tf32 = allow
+    if every_pass:
+        os.environ["KGEN_TF32"] = "all"
+    else:
+        os.environ.pop("KGEN_TF32", None)
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32 = allow_was
+        if env_was is None:
+            os.environ.pop("KGEN_TF32", None)
+        else:
+            os.environ["KGEN_TF32"] = env_was
 
 
 def tf32_round(t: torch.Tensor) -> torch.Tensor:

@@ -8,7 +8,7 @@ import torch
 from kgen.families import conv2d_avgpool_act_reduce as fam
 from kgen.problem import load_problem
 from kgen.spec import match
-from tests.helpers import conv_problem, generate_module, poison_cuda_allocator, reference_and_new, tf32_round, write_problem
+from tests.helpers import conv_problem, generate_module, poison_cuda_allocator, reference_and_new, tf32_mode, tf32_round, write_problem
 
 # (input shape, Conv2d kwargs, AvgPool2d kwargs, activation, reduction, extra problem options)
 CONFIGS = [
@@ -94,8 +94,9 @@ def test_both_tf32_modes_are_built_and_the_binding_reads_the_flag():
         assert f"tf32 ? {k}<false> : {k}<true>" in src, k
     for entry in ("workspace_bytes", "forward", "backward"):
         assert re.search(r'extern "C" cudaError_t \w+_' + entry + r"\([^)]*\bint tf32\b", src), entry
-    assert "at::globalContext().allowTF32CuDNN()" in binding
-    assert binding.count("tf32_allowed()") == 3  # its definition, forward, backward
+    assert "at::globalContext().allowTF32CuDNN()" in binding and 'std::getenv("KGEN_TF32")' in binding
+    assert "const int tf32 = kgen_tf32::forward(n) ? 1 : 0;" in binding  # the forward follows cuDNN's modelled choice
+    assert "kgen_tf32::grad_x(n)" in binding and "kgen_tf32::grad_w(n)" in binding  # the backward, both gradients'
 
 
 @pytest.mark.parametrize("act", sorted(fam.ACT_TYPES))
@@ -271,11 +272,9 @@ def test_tf32_mode_matches_float64_of_tf32_rounded_operands(cfg):
     w64 = conv.weight.detach().double().requires_grad_(True)
     b64 = conv.bias.detach().double().requires_grad_(True) if conv.bias is not None else None
     y64 = tf32_pool_first_reference(spec, x64, w64, b64)
-    allow = torch.backends.cudnn.allow_tf32
     runs = {}
-    try:
-        for tf32 in (True, True, False):
-            torch.backends.cudnn.allow_tf32 = tf32
+    for tf32 in (True, True, False):
+        with tf32_mode(tf32, every_pass=True):  # TF32 kernels even where cuDNN would run these small shapes exactly
             for t in (x, *new.parameters()):
                 t.grad = None
             poison_cuda_allocator(4 * x.numel() + 4096)
@@ -283,8 +282,6 @@ def test_tf32_mode_matches_float64_of_tf32_rounded_operands(cfg):
             g = torch.linspace(0.5, 1.5, y.numel(), device="cuda").view(y.shape)
             y.backward(g)
             runs.setdefault(tf32, []).append([y.detach()] + [t.grad.clone() for t in (x, *new.parameters())])
-    finally:
-        torch.backends.cudnn.allow_tf32 = allow
     y, gx, *gp = runs[True][0]
     torch.testing.assert_close(y.double().view(-1), y64, atol=1e-4, rtol=1e-4)
     y64.backward(g.double().view(-1))

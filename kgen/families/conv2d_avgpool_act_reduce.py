@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
+from kgen import cudnn_tf32
 from kgen.errors import Unsupported
 from kgen.family import attr_expr, conv2d_default_init, holder_modules, template_context
 from kgen.problem import Problem
@@ -237,7 +238,9 @@ def derive(spec: Spec) -> dict:
         warnings.warn(f"out_channels={s.CO} with a {s.KH}x{s.KW} kernel needs more than the 99 KB of shared memory per block "
                       "that sm_80/86/89 GPUs have: the generated module builds for sm_90 and newer only", stacklevel=2)
     return dict(TILE_SM90=tiles["SM90"], TILE_SM80=tiles["SM80"], **UNROLLS, HO=HO, WO=WO, PHO=PHO, PWO=PWO,
-                ACT_TYPE=ACT_TYPES[s.ACT], MEAN=s.REDUCE == "mean")
+                ACT_TYPE=ACT_TYPES[s.ACT], MEAN=s.REDUCE == "mean",
+                TF32_RULES=cudnn_tf32.rules(dict(CI=s.CI, CO=s.CO, G=1, KH=s.KH, KW=s.KW, SH=s.SH, SW=s.SW, PH=s.PH,
+                                                 PW=s.PW, DH=s.DH, DW=s.DW, H=s.H, W=s.W, HO=HO, WO=WO)))
 
 
 def context(spec: Spec) -> dict:

@@ -36,6 +36,7 @@ import torch
 import torch.fx as fx
 import torch.nn as nn
 
+from kgen import cudnn_tf32
 from kgen.errors import Unsupported
 from kgen.family import attr_expr, conv2d_default_init, holder_modules, template_context
 from kgen.geometry import ceil_div, conv_out_size, pool_out_size, windows_disjoint
@@ -735,6 +736,8 @@ def derive(spec: Spec) -> dict:
         conv_params=[dict(c=f"p{i}", name=p.name, shape=list(p.shape)) for i, p in enumerate(s.params)],
         stages=stages, NSAVED=nsaved, TAIL_THREADS=TAIL_THREADS, RED_TARGET_BLOCKS=RED_TARGET_BLOCKS, RED_MIN_CHUNK=RED_MIN_CHUNK,
         OUT=_tensor((1, s.CO, s.HO, s.WO), True) if not stages else stages[-1]["OUT"],
+        TF32_RULES=cudnn_tf32.rules(dict(CI=s.CI, CO=s.CO, G=s.G, KH=s.KH, KW=s.KW, SH=s.SH, SW=s.SW, PH=s.PH, PW=s.PW,
+                                         DH=s.DH, DW=s.DW, H=s.H, W=s.W, HO=s.HO, WO=s.WO)),
     )
 
 
