@@ -11,9 +11,9 @@ generated module follows cuDNN's choice per pass: TF32 only where cuDNN would us
 
 cuDNN's choice is a heuristic over the whole shape; kgen models it with one small decision tree per pass (forward,
 grad of the input, grad of the weight), fitted to the shapes in docs/cudnn_tf32_survey.csv (measured with
-tests/dev/cudnn_tf32_survey.py on an H200, torch 2.11, cuDNN 9; refit with tests/dev/fit_cudnn_tf32.py). The
-forward's tree reads only the static shape; the gradients' trees also read the batch, which the generated module
-knows only at call time, so they are rendered as a rule on n (`cpp_rule`). Measured on sm_90; other GPUs' heuristics
+tests/dev/cudnn_tf32_survey.py on an H200, torch 2.11, cuDNN 9; refit with tests/dev/fit_cudnn_tf32.py). The trees
+read the batch too, which the generated module knows only at call time, so each is rendered as a rule on n
+(`cpp_rule`). Measured on sm_90; other GPUs' heuristics
 may differ, and there the model is an approximation. `KGEN_TF32=all` in the environment makes every pass use TF32
 whenever PyTorch allows it (the fastest, not cuDNN's numerics).
 """
@@ -100,12 +100,24 @@ TREES: dict = {'fwd': ('K',
          114.0,
          ('K',
           93.0,
-          ('ci', 3.5, False, ('khw', 9.5, False, ('kh', 4.5, True, False))),
-          ('cog', 112.0, ('ci', 36.0, False, True), ('cig', 9.0, True, False))),
+          ('in_elems',
+           577472.0,
+           ('ci', 3.5, False, ('hw_in', 28427.5, False, True)),
+           ('s',
+            1.5,
+            ('M', 169544.0, ('kw', 1.5, False, True), ('co', 80.0, False, True)),
+            ('cog', 7.0, ('flops', 22440960.0, False, True), False))),
+          ('flops', 260112384.0, ('ci', 5.0, True, False), ('ci', 7.0, True, ('M', 71908.5, False, True)))),
          ('K',
           396.0,
-          ('cog', 56.0, ('hw_out', 56644.5, False, True), True),
-          ('cog', 14.0, ('K', 1488.0, ('hw_in', 3392.0, True, False), True), True))),
+          ('flops',
+           186646528.0,
+           ('cog', 56.0, ('kw', 1.5, True, False), ('flops', 81312768.0, ('co', 224.0, True, False), False)),
+           ('cog', 112.0, ('flops', 10877573376.0, ('hw_in', 2382.5, True, False), True), True)),
+          ('cog',
+           14.0,
+           ('K', 1488.0, ('hw_in', 3392.0, ('cog', 6.0, True, False), ('khw', 9.5, False, True)), True),
+           True))),
  'dgrad': ('flops',
            207642624.0,
            ('flops', 24781568.0, ('cig', 28.0, False, ('M', 730.0, False, ('K', 112.0, False, True))), False),

@@ -26,15 +26,15 @@ def test_trees_are_the_fit_of_the_committed_survey():
     data = fit.rows(SURVEY)
     random.Random(0).shuffle(data)
     for p in PASSES:
-        xs = [fit.conv_features(c, fit.STATIC[p]) for c in data]
-        assert fit.build(xs, [c["labels"][p] for c in data], fit.DEPTH) == TREES[p], p
+        xs = [fit.conv_features(c) for c in data]
+        assert fit.build(xs, [c["labels"][p] for c in data], fit.DEPTH[p]) == TREES[p], p
 
 
 @pytest.mark.parametrize("p", PASSES)
 def test_trees_agree_with_cudnns_measured_choices(p):
     data = fit.rows(SURVEY)
     assert len(data) > 1000
-    hits = sum(predict(TREES[p], fit.conv_features(c, fit.STATIC[p])) == c["labels"][p] for c in data)
+    hits = sum(predict(TREES[p], fit.conv_features(c)) == c["labels"][p] for c in data)
     assert hits / len(data) >= MIN_AGREEMENT[p], (p, hits, len(data))
 
 
@@ -64,16 +64,23 @@ def test_rendered_rule_is_the_trees_decision_at_every_batch():
             pieces, expr = n_pieces(TREES[p], conv), cpp_rule(TREES[p], conv)
             assert pieces[-1][0] is None and all(a[0] < b[0] for a, b in zip(pieces, pieces[1:-1]))
             for n in list(range(1, 300)) + [rng.randint(300, 1 << 20) for _ in range(50)]:
-                want = predict(TREES[p], features(conv, n if p != "fwd" else None))
+                want = predict(TREES[p], features(conv, n))
                 assert eval_cpp(expr, n) == want, (p, conv, n, expr)
 
 
-def test_known_shapes():
-    """Decisions the survey measured for the bundled problem's convolution and issue 9's first benchmark problem."""
-    bundled = dict(CI=8, CO=64, G=1, KH=3, KW=3, SH=1, SW=1, PH=0, PW=0, DH=1, DW=1, H=384, W=384, HO=382, WO=382)
-    relu_bias = dict(CI=32, CO=64, G=1, KH=3, KW=3, SH=1, SW=1, PH=1, PW=1, DH=1, DW=1, H=192, W=192, HO=192, WO=192)
-    assert cudnn_tf32.rules(bundled) == {"fwd": "false", "dgrad": "true", "wgrad": "true"}
-    assert cudnn_tf32.rules(relu_bias) == {"fwd": "true", "dgrad": "true", "wgrad": "true"}
+def test_forward_decisions_at_the_benchmark_shapes():
+    """The survey's fixed shapes (issue 9's benchmark convolutions at their batches, the bundled problem's, and
+    KernelBench-sized ones): the forward's modelled choice is cuDNN's measured one at every one of them."""
+    import cudnn_tf32_survey as survey
+
+    fixed = [(c["n"], c["ci"], c["co"], c["h"], c["w"], c["kh"], c["s"], c["p"], c["d"], c["g"]) for c in survey.FIXED]
+    seen = set()
+    for c in fit.rows(SURVEY):  # each survey run measured them once
+        key = (c["n"], c["ci"], c["co"], c["h"], c["w"], c["kh"], c["s"], c["p"], c["d"], c["g"])
+        if key in fixed:
+            seen.add(key)
+            assert predict(TREES["fwd"], fit.conv_features(c)) == c["labels"]["fwd"], c
+    assert len(seen) == len([f for f in survey.FIXED if f["g"] != f["ci"]])  # all but the depthwise one
 
 
 @pytest.mark.gpu
