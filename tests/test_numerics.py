@@ -27,11 +27,11 @@ def compare(source: str, seed: int = 0, tf32: bool = False):
     terms), or max pooling's backward in a 2-byte type, whose atomic adds round to that type at each overlapping
     window. tf32: both run with cuDNN TF32 allowed (PyTorch's default, as a benchmark harness runs them) and only the
     outputs (training and inference) are compared, float32 within TF32_TOLERANCE; the flag is restored after. Not the
-    gradients: on small shapes cuDNN picks exact float32 kernels even then, and kgen's TF32 gradients differ from
-    exact ones where a relu mask or a max-pool winner flips on a TF32-rounded value and by about sqrt(n) * 2^-11 over
-    grad_w's long reductions (H200, fifteenth session: up to 0.19 on grad x, 0.04 on grad_w, against eager within
-    1e-5 of float64). Each conv family's test_tf32_mode_matches_float64_of_tf32_rounded_operands checks them against
-    TF32's own error model instead."""
+    gradients: kgen runs a pass in TF32 where its model of cuDNN says cuDNN would (kgen/cudnn_tf32.py), and where the
+    model and cuDNN disagree one side is TF32 and the other exact; TF32 gradients differ from exact ones where a relu
+    mask or a max-pool winner flips on a TF32-rounded value and by about sqrt(n) * 2^-11 over grad_w's long
+    reductions (H200, fifteenth session, every pass TF32: up to 0.19 on grad x, 0.04 on grad_w). Each conv family's
+    test_tf32_mode_matches_float64_of_tf32_rounded_operands checks them against TF32's own error model instead."""
     allow = torch.backends.cudnn.allow_tf32
     torch.backends.cudnn.allow_tf32 = tf32
     torch.backends.cuda.matmul.allow_tf32 = False
