@@ -8,6 +8,8 @@ batch tips cuDNN to TF32). Prints each tree's cross-validated and training accur
 into kgen/cudnn_tf32.py.
 
 Usage: python tests/dev/fit_cudnn_tf32.py [docs/cudnn_tf32_survey.csv]
+       python tests/dev/fit_cudnn_tf32.py --check OTHER.csv   (the committed trees against another survey, e.g. one
+       made on an H100 or an sm_80 GPU: how often they agree with that GPU's cuDNN, per pass)
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from kgen.cudnn_tf32 import PASSES, TF32_REL, features, predict  # noqa: E402
+from kgen.cudnn_tf32 import PASSES, TF32_REL, TREES, features, predict  # noqa: E402
 
 DEPTH, MIN_LEAF = {"fwd": 6, "dgrad": 5, "wgrad": 5}, 8
 
@@ -76,7 +78,16 @@ def build(xs: list[dict], ys: list[bool], depth: int):
     return lo if lo == hi and isinstance(lo, bool) else (f, round(t, 3), lo, hi)
 
 
+def check(path: Path) -> None:
+    data = rows(path)
+    for p in PASSES:
+        hits = sum(predict(TREES[p], conv_features(c)) == c["labels"][p] for c in data)
+        print(f"{p}: the committed tree agrees with {path.name} on {hits} of {len(data)} shapes ({hits / len(data):.3f})")
+
+
 def main() -> None:
+    if sys.argv[1:2] == ["--check"]:
+        return check(Path(sys.argv[2]))
     path = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/cudnn_tf32_survey.csv")
     data = rows(path)
     random.Random(0).shuffle(data)
