@@ -11,7 +11,7 @@ from kgen.problem import load_problem
 from kgen.spec import match
 from tests.families import random_problems
 from tests.helpers import write_problem
-from tests.test_static_rules import violations
+from tests.test_static_rules import computes_in_float32, violations
 
 CASES = random_problems(16, seed=20261126)
 
@@ -23,7 +23,7 @@ def test_in_scope_problem_renders_with_pytorch_shapes(family, source):
     assert fam.NAME == family
     gen = emit.generate(path)
     assert gen.name.startswith(f"kgen_{family}_") and set(gen.files) == {"model_new.py", "kernel.cu", "binding.cpp"}
-    assert violations(gen.files["model_new.py"]) == []
+    assert violations(gen.files["model_new.py"], computes_in_float32(path)) == []
     user: dict = {}
     exec(compile(source, "<problem>", "exec"), user)
     with torch.device("meta"):

@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from kgen import emit  # noqa: E402
 from tests.families import random_problems  # noqa: E402
 from tests.helpers import write_problem  # noqa: E402
-from tests.test_static_rules import violations  # noqa: E402
+from tests.test_static_rules import computes_in_float32, violations  # noqa: E402
 
 
 def compile_ok(gen):
@@ -43,13 +43,14 @@ def main():
     gens, bad = [], 0
     for fam, src in cases:
         try:
-            gen = emit.generate(write_problem(src))
+            path = write_problem(src)
+            gen = emit.generate(path)
         except Exception as exc:  # a dev sweep reports and goes on
             bad += 1
             print(f"RENDER FAIL {fam}: {type(exc).__name__}: {exc}\n{src}")
             continue
         gens.append((fam, src, gen))
-        static = violations(gen.files["model_new.py"])
+        static = violations(gen.files["model_new.py"], computes_in_float32(path))
         if static:  # KernelBench's static checker would reject it (tests/test_static_rules.py)
             bad += 1
             print(f"STATIC FAIL {fam} {gen.name}: {static}\n{src}")
