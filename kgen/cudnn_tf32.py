@@ -13,8 +13,9 @@ cuDNN's choice is a heuristic over the whole shape; kgen models it with one smal
 grad of the input, grad of the weight), fitted to the shapes in docs/cudnn_tf32_survey.csv (measured with
 tests/dev/cudnn_tf32_survey.py on an H200, torch 2.11, cuDNN 9; refit with tests/dev/fit_cudnn_tf32.py). The trees
 read the batch too, which the generated module knows only at call time, so each is rendered as a rule on n
-(`cpp_rule`). Measured on sm_90; other GPUs' heuristics may differ, and there the model is an approximation. `KGEN_TF32=all` in the environment makes every pass use TF32
-whenever PyTorch allows it (the fastest, not cuDNN's numerics).
+(`cpp_rule`). Measured on sm_90; other GPUs' heuristics may differ, and there the model is an approximation.
+`KGEN_TF32=all` in the environment makes every pass use TF32 whenever PyTorch allows it (the fastest, not cuDNN's
+numerics).
 """
 
 from __future__ import annotations
@@ -37,12 +38,9 @@ def _per_image(c: dict) -> dict:
             "in_elems": c["CI"] * c["H"] * c["W"]}
 
 
-def features(conv: dict, n: int | None) -> dict:
-    """conv: CI CO G KH KW SH SW PH PW DH DW H W HO WO. n None: the static features only."""
-    f = _static(conv)
-    if n is not None:
-        f.update({k: v * n for k, v in _per_image(conv).items()})
-    return f
+def features(conv: dict, n: int) -> dict:
+    """conv: CI CO G KH KW SH SW PH PW DH DW H W HO WO; n: the batch."""
+    return {**_static(conv), **{k: v * n for k, v in _per_image(conv).items()}}
 
 
 def predict(tree, f: dict) -> bool:
@@ -61,8 +59,8 @@ def n_pieces(tree, conv: dict) -> list[tuple[int | None, bool]]:
         if isinstance(node, bool):
             return
         name, t, lo, hi = node
-        if name in per and per[name] > 0:
-            cuts.add(max(0, int(t // per[name])))
+        if name in per:  # feature = per[name] * n (per[name] >= 1): at most t while n <= t // per[name]
+            cuts.add(int(t // per[name]))
         walk(lo)
         walk(hi)
 

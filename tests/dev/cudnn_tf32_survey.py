@@ -3,8 +3,9 @@
 For each drawn Conv2d shape, each pass (forward, grad of the input, grad of the weight) runs twice with the same
 data: cuDNN's TF32 flag on (PyTorch's default) and off. A pass counts as TF32 when the two results differ by more
 than an exact float32 algorithm could (max |on - off| / max |off| > 1e-5; TF32 differs by ~1e-4..1e-3, two float32
-algorithms by ~1e-7). The kernel names under the default flag are recorded too (torch.profiler). The CSV is what
-kgen's TF32 policy (`kgen.families.conv2d_epilogue.tf32_policy`) was fitted to.
+algorithms by ~1e-7; kgen.cudnn_tf32.TF32_REL). The kernel names under the default flag are recorded too
+(torch.profiler). docs/cudnn_tf32_survey.csv is two such runs; kgen/cudnn_tf32.py's trees are fitted to it
+(tests/dev/fit_cudnn_tf32.py).
 
 Usage (GPU): python tests/dev/cudnn_tf32_survey.py --n 300 --seed 1 --csv OUT.csv
 """
@@ -13,15 +14,19 @@ from __future__ import annotations
 
 import argparse
 import csv
-import math
 import random
+import sys
 import time
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
-THRESH = 1e-5
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from kgen.cudnn_tf32 import PASSES, TF32_REL  # noqa: E402
+from kgen.geometry import conv_out_size  # noqa: E402
 
 
 def draw(rng: random.Random) -> dict:
@@ -49,8 +54,7 @@ def draw(rng: random.Random) -> dict:
         w = h if rng.random() < 0.7 else int(round(2 ** rng.uniform(2.5, 9)))
         n = rng.choice([1, 1, 2, 4, 8, 16, 32, 64, 128, 256])
         p = rng.choice([0, (kh // 2) * d])
-        ho = (h + 2 * p - d * (kh - 1) - 1) // s + 1
-        wo = (w + 2 * p - d * (kw - 1) - 1) // s + 1
+        ho, wo = conv_out_size(h, kh, s, p, d), conv_out_size(w, kw, s, p, d)
         if ho < 1 or wo < 1:
             continue
         flops = 2.0 * n * ho * wo * co * (ci // g) * kh * kw
@@ -104,7 +108,7 @@ def survey(c: dict) -> dict:
         gx, gw = torch.autograd.grad(y, (xr, wr), gy)
         res[on] = (y.detach(), gx, gw)
     torch.backends.cudnn.allow_tf32 = True
-    out = {k: rel(a, b) for k, a, b in zip(("fwd", "dgrad", "wgrad"), res[True], res[False])}
+    out = {k: rel(a, b) for k, a, b in zip(PASSES, res[True], res[False])}
     xr, wr = x.clone().requires_grad_(), wt.clone().requires_grad_()
     out["k_fwd"] = names(lambda: F.conv2d(x, wt, **args))
     y = F.conv2d(xr, wr, **args)
@@ -124,8 +128,8 @@ def main() -> None:
     shapes = []
     for c in FIXED:
         c = dict(c)
-        c["ho"] = (c["h"] + 2 * c["p"] - c["d"] * (c["kh"] - 1) - 1) // c["s"] + 1
-        c["wo"] = (c["w"] + 2 * c["p"] - c["d"] * (c["kw"] - 1) - 1) // c["s"] + 1
+        c["ho"] = conv_out_size(c["h"], c["kh"], c["s"], c["p"], c["d"])
+        c["wo"] = conv_out_size(c["w"], c["kw"], c["s"], c["p"], c["d"])
         c["flops"] = 2.0 * c["n"] * c["ho"] * c["wo"] * c["co"] * (c["ci"] // c["g"]) * c["kh"] * c["kw"]
         shapes.append(c)
     shapes += [draw(rng) for _ in range(a.n)]
@@ -143,7 +147,7 @@ def main() -> None:
             wr.writerow([c[k] for k in keys] + [f"{r['fwd']:.3g}", f"{r['dgrad']:.3g}", f"{r['wgrad']:.3g}",
                                                 r["k_fwd"], r["k_dgrad"], r["k_wgrad"]])
             f.flush()
-            tags = "".join("T" if r[p] > THRESH else "." for p in ("fwd", "dgrad", "wgrad"))
+            tags = "".join("T" if r[p] > TF32_REL else "." for p in PASSES)
             print(f"{i:4d} {tags} n{c['n']} {c['ci']}->{c['co']} {c['h']}x{c['w']} k{c['kh']}x{c['kw']} s{c['s']} "
                   f"p{c['p']} d{c['d']} g{c['g']} gflop {c['flops'] / 1e9:.3g}", flush=True)
             torch.cuda.empty_cache()

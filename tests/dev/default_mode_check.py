@@ -13,28 +13,31 @@ Usage (GPU): python tests/dev/default_mode_check.py [--random N] [--seed S] [--o
 from __future__ import annotations
 
 import argparse
-import os
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch  # noqa: E402
 
-from tests.bench.bench_conv2d_epilogue import PROBLEMS, problem_source  # noqa: E402
-from concurrent.futures import ThreadPoolExecutor  # noqa: E402
-
 from kgen import emit  # noqa: E402
+from kgen.cudnn_tf32 import TF32_REL  # noqa: E402
 from tests import helpers  # noqa: E402
+from tests.bench.bench_conv2d_epilogue import PROBLEMS, problem_source  # noqa: E402
 from tests.device.prebuild import build  # noqa: E402
 from tests.families import all_cases, random_problems  # noqa: E402
-from tests.helpers import reference_and_new  # noqa: E402
+from tests.helpers import reference_and_new, tf32_mode  # noqa: E402
 
 CONV = ("conv2d_epilogue", "conv2d_avgpool_act_reduce")
 
 
-def run(m, x, gys, tf32: bool):
-    torch.backends.cudnn.allow_tf32 = tf32
+def run(m, x, gys, tf32: bool, every_pass: bool = False):
+    with tf32_mode(tf32, every_pass):
+        return _run(m, x, gys)
+
+
+def _run(m, x, gys):
     for p in m.parameters():
         p.grad = None
     xr = x.detach().clone().requires_grad_(True)
@@ -84,13 +87,11 @@ def main() -> None:
         names, e_on, gys = run(model, x, None, True)
         _, e_off, _ = run(model, x, gys, False)
         _, k_pol, _ = run(new, x, gys, True)
-        os.environ["KGEN_TF32"] = "all"
-        _, k_on, _ = run(new, x, gys, True)
-        del os.environ["KGEN_TF32"]
+        _, k_on, _ = run(new, x, gys, True, every_pass=True)
         _, k_off, _ = run(new, x, gys, False)
         cells = []
         for nm, eo, ef, kp, ko, kf in zip(names, e_on, e_off, k_pol, k_on, k_off):
-            t = (eo - ef).abs().max().item() > 1e-5 * max(ef.abs().max().item(), 1e-30)
+            t = (eo - ef).abs().max().item() > TF32_REL * max(ef.abs().max().item(), 1e-30)
             p_pol, p_on, p_off = err(kp, eo) <= 1, err(ko, eo) <= 1, err(kf, eo) <= 1
             totals["n"] += 1
             totals["eager_T"] += t
@@ -100,7 +101,6 @@ def main() -> None:
             totals["mirror_pass"] += p_on if t else p_off
             cells.append(f"{nm}:{'T' if t else '.'}{'+' if p_pol else '-'}{'+' if p_on else '-'}{'+' if p_off else '-'}")
         print(f"{fam[:12]:12s} {cid[:44]:44s} {tuple(x.shape)}  " + " ".join(cells), flush=True)
-    torch.backends.cudnn.allow_tf32 = True
     print("tensors {n}; eager used TF32 on {eager_T}; pass at 1e-4 against default eager: kgen as shipped {policy_pass}, "
           "kgen TF32 in every pass {tf32_pass}, kgen 3xTF32 {x3_pass}, mirroring cuDNN's actual choice {mirror_pass}"
           .format(**totals))
