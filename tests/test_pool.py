@@ -11,6 +11,7 @@ random_problem(rng) (a random problem anywhere in the family's scope).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 
@@ -131,6 +132,9 @@ _TABLE = [
     # the scatter backward over several tiles per plane, a partial last tile, dilated windows (3 phases a dimension)
     ("max", 2, "float32", (1, 2, 150, 330), dict(kernel_size=3, stride=2, padding=1, dilation=2, ceil_mode=True), "module", None),
     ("max", 3, "bfloat16", (1, 2, 20, 30, 72), dict(kernel_size=(2, 3, 3), stride=(1, 2, 2), padding=(1, 1, 0), dilation=(2, 1, 1), ceil_mode=True), "functional", None),
+    # the walk (consecutive output slices share one input slice): a full run and a partial one, max and average
+    ("max", 3, "float32", (1, 40, 17, 64, 128), dict(kernel_size=3, stride=2, padding=1), "module", None),
+    ("avg", 3, "float32", (1, 40, 18, 64, 128), dict(kernel_size=3, stride=2, padding=1, ceil_mode=True, count_include_pad=False), "module", None),
 ]
 
 
@@ -484,6 +488,23 @@ def test_scatter_backward_is_chosen_for_fixed_max_windows():
     assert pool.context(spec)["backward"] == "scatter"
 
 
+def test_walk_only_where_consecutive_windows_share_one_slice():
+    """MaxPool3d(3, 2, 1) at issue 8's size walks 8 output slices a work item (6 runs of 48), 4 outputs x 2 rows a
+    thread; windows sharing no slice, or more than one, 2-byte max pooling and problems with few work items do not."""
+    spec, _ = _spec(pool_problem("max", 3, (8, 48, 96, 96, 160), dict(kernel_size=3, stride=2, padding=1)))
+    ctx = pool.context(spec)
+    assert (ctx["design"], ctx["walk"], ctx["vo"], ctx["rh"]) == ("window", 8, 4, 2)
+    g = pool.geometry(spec)
+    assert pool.walk_slices(g, 4, 48) == 8 and pool.walk_slices(g, 2, 48) == 0  # float16 max: the packed scan
+    assert pool.walk_slices(g, 4, 1) == 0  # 48 x 48 x 20 work items a sample, too few to walk
+    assert pool.walk_slices(dataclasses.replace(g, out=(13,) + g.out[1:]), 4, 48) == 7  # runs of 7 and 6
+    assert pool.walk_slices(dataclasses.replace(g, kernel=(2, 3, 3), stride=(1, 2, 2)), 4, 48) == 8  # KD 2, SD 1
+    assert pool.walk_slices(dataclasses.replace(g, kernel=(2, 3, 3), stride=(2, 2, 2), dilation=(2, 1, 1)), 4, 48) == 8
+    assert pool.walk_slices(dataclasses.replace(g, kernel=(2, 3, 3), stride=(2, 2, 2)), 4, 48) == 0  # no shared slice
+    assert pool.walk_slices(dataclasses.replace(g, kernel=(3, 3, 3), stride=(1, 2, 2)), 4, 48) == 0  # two shared
+    assert pool.walk_slices(dataclasses.replace(g, reduce="avg"), 2, 48) == 8  # 2-byte average pooling walks
+
+
 def test_offsets_are_compact():
     spec, _ = _spec(pool_problem("max", 3, (2, 2, 9, 10, 12), dict(kernel_size=3)))
     assert pool.context(spec)["off_ctype"] == "uint8_t"
@@ -603,6 +624,31 @@ def test_ties_and_minus_inf_pick_pytorchs_element(value):
                           torch.full((1, 2, 5, 6, 7), value, device="cuda"))
     check_against_pytorch(pool_problem("adaptive_max", 2, (2, 3, 9, 11), dict(output_size=(4, 5), return_indices=True)),
                           torch.full((2, 3, 9, 11), value, device="cuda"))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op,shape,kw,dtype", [
+    ("max", (2, 3, 13, 10, 16), dict(kernel_size=3, stride=2, padding=1), "float32"),  # 7 output slices: 3, 3, 1
+    ("max", (1, 2, 11, 9, 12), dict(kernel_size=(2, 3, 3), stride=(1, 2, 2), return_indices=True), "float32"),
+    ("max", (1, 2, 12, 8, 10), dict(kernel_size=2, stride=2, dilation=(2, 1, 1), ceil_mode=True), "float32"),
+    ("avg", (2, 2, 13, 9, 12), dict(kernel_size=3, stride=2, padding=1, ceil_mode=True, count_include_pad=False), "float32"),
+    ("avg", (1, 3, 10, 9, 16), dict(kernel_size=(2, 3, 3), stride=(1, 1, 2), padding=(1, 1, 0)), "bfloat16"),
+])
+def test_walked_windows_match_pytorch(monkeypatch, op, shape, kw, dtype):
+    """The walk on small shapes (the threshold lifted, runs of 3 slices): values, indices and grad_x; max pooling
+    also on ties across slices, NaN and -inf."""
+    monkeypatch.setattr(pool, "WALK_MIN_ITEMS", 0)
+    monkeypatch.setattr(pool, "WALK_SLICES", 3)
+    source = pool_problem(op, 3, shape, kw, dtype=dtype)
+    spec, _ = _spec(source)
+    assert pool.context(spec)["walk"] == 3
+    check_against_pytorch(source)
+    if op == "max":
+        torch.manual_seed(1)
+        x = torch.randint(0, 3, shape, device="cuda").float()  # many ties, within and across slices
+        x.view(-1)[::97] = float("nan")
+        x.view(-1)[5::89] = float("-inf")
+        check_against_pytorch(source, x)
 
 
 @pytest.mark.gpu

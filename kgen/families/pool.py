@@ -165,6 +165,13 @@ OUT_MAX = 16  # outputs one window-design thread keeps in registers
 # copy-rate floor, 8 outputs 86%; float32 keeps 16, as 8 output columns x 2 rows: MaxPool3d(3, 2, 1) 78%, 66% at 8)
 OUT_MAX_HALF = 8
 LOADS_MAX = 40  # vector loads per window slice one window-design thread may hold (a register budget)
+# Windows whose last input slice is the next window's first ((KD - 1) * DD == SD: MaxPool3d(3, 2, 1) and the like)
+# walk WALK_SLICES output slices per work item, reading the shared slice once (the window design's "walk"); a walking
+# thread also keeps that slice's fold, so it holds at most WALK_VO_MAX outputs a row.
+WALK_SLICES = 8
+WALK_VO_MAX = 4
+WALK_MIN_ITEMS = 16384  # per sample (64 blocks): with fewer walking work items a small batch would leave SMs idle,
+# so such problems keep one output slice per work item
 COLSUM_MIN_WINDOW = 25  # avg 2d windows of this many elements or more use the column-sum design
 UNROLL_MAX = 16  # loops up to this trip count are fully unrolled
 # Blocks per SM each kernel is compiled for (caps registers: 2 -> 128, 4 -> 64 per thread): the window forward keeps
@@ -215,11 +222,23 @@ def vec_widths(W: int, itemsize: int) -> list[int]:
     return out
 
 
-def window_tiling(g: Geometry, itemsize: int) -> dict | None:
+def walk_slices(g: Geometry, itemsize: int, channels: int) -> int:
+    """Output slices one window-design work item walks (0: one), when consecutive windows share exactly one input
+    slice. Not for 2-byte max pooling (its packed scan folds whole windows)."""
+    (KD, _, _), (SD, _, _), (DD, _, _), (DO, HO, WO) = g.kernel, g.stride, g.dilation, g.out
+    if KD < 2 or (KD - 1) * DD != SD or DO < 2 or (g.reduce == "max" and itemsize == 2):
+        return 0
+    runs = ceil_div(DO, WALK_SLICES)
+    items = channels * runs * HO * ceil_div(WO, WALK_VO_MAX) // 2  # about: two rows a work item
+    return ceil_div(DO, runs) if items >= WALK_MIN_ITEMS else 0
+
+
+def window_tiling(g: Geometry, itemsize: int, channels: int = 1) -> dict | None:
     """VO outputs along W and RH output rows per thread, VEC-element loads; None when no tiling fits registers."""
     (_, H, W), (_, HO, WO) = g.size, g.out
     (_, KH, KW), (_, SH, SW), (_, _, PW), (_, DH, DW) = g.kernel, g.stride, g.padding, g.dilation
     ekw = (KW - 1) * DW + 1
+    walk = walk_slices(g, itemsize, channels)
     for vec in vec_widths(W, itemsize):
         al = ceil_div(PW, vec) * vec
 
@@ -227,12 +246,12 @@ def window_tiling(g: Geometry, itemsize: int) -> dict | None:
             return ceil_div(al - PW + (vo - 1) * SW + ekw, vec) * vec
 
         vo = vec // math.gcd(vec, SW)
-        out_max = OUT_MAX_HALF if itemsize == 2 else OUT_MAX
+        out_max = WALK_VO_MAX * 2 if walk else OUT_MAX_HALF if itemsize == 2 else OUT_MAX
         if vo > out_max or seg(vo) > SEG_MAX:
             continue
         min_outputs = max(1, 16 // itemsize)  # at least 16 bytes of output per thread where the row allows
         ekh = (KH - 1) * DH + 1
-        while (vo * 2 <= out_max and seg(vo * 2) <= SEG_MAX and vo * 2 <= 1 << (WO - 1).bit_length()
+        while (vo * 2 <= (WALK_VO_MAX if walk else out_max) and seg(vo * 2) <= SEG_MAX and vo * 2 <= 1 << (WO - 1).bit_length()
                and ceil_div(seg(vo * 2), vec) * ekh <= LOADS_MAX and (vo < min_outputs or seg(vo) > 1.25 * vo * SW)):
             vo *= 2
         # Two output rows per thread where windows overlap in H, unless the loads are narrow (many of them, and their
@@ -244,7 +263,7 @@ def window_tiling(g: Geometry, itemsize: int) -> dict | None:
         # MaxPool2d(3, 2, 1): the float scan that saves offsets was bound by the ALU pipe, 0.56 ms for a 0.29 floor)
         packed = g.reduce == "max" and itemsize == 2 and vo % 2 == 0 and vec % 2 == 0 and math.prod(g.kernel) <= 0xFFFF
         return {"vec": vec, "vo": vo, "rh": rh, "al": al, "seg": seg(vo), "nj": nj, "chunks": ceil_div(WO, vo),
-                "groups": ceil_div(HO, rh), "packed": packed}
+                "groups": ceil_div(HO, rh), "packed": packed, "walk": walk}
     return None
 
 
@@ -374,6 +393,7 @@ def gather_tiling(g: Geometry, itemsize: int, offsize: int) -> dict:
     return out
 
 
+SCATTER_THREADS = 256  # threads of a scatter block
 SCATTER_SMEM_FLOATS = 12 * 1024  # the scatter backward's float32 grad_x tile (48 KB of static shared memory at most)
 SCATTER_HOLD = 6  # windows one scatter thread holds in registers per tile (8 measured ~4% faster on H200 but spills
 # at the 64-register cap on dilated, many-phase windows and on the broadcast grad_y variant; 4: ~4% slower)
@@ -411,7 +431,7 @@ def scatter_tiling(g: Geometry, itemsize: int, offsize: int) -> dict | None:
             for td in range(1, D + 1):
                 t = (td, th, tw)
                 cands = [cand(*a) for a in zip(t, g.out, ek, g.stride)]
-                if td * th * tw > SCATTER_SMEM_FLOATS or math.prod(cands) > SCATTER_HOLD * THREADS:
+                if td * th * tw > SCATTER_SMEM_FLOATS or math.prod(cands) > SCATTER_HOLD * SCATTER_THREADS:
                     break
                 tiles = math.prod(ceil_div(n, x) for n, x in zip(g.size, t))
                 cost = tiles * (math.prod(cands) * (itemsize + offsize) + SCATTER_TILE_COST + td * th * tw)
@@ -422,7 +442,8 @@ def scatter_tiling(g: Geometry, itemsize: int, offsize: int) -> dict | None:
     _, (td, th, tw), cands = best
     return {"s_vec": vec, "s_td": td, "s_th": th, "s_tw": tw,
             "s_tiles": [ceil_div(n, x) for n, x in zip(g.size, (td, th, tw))],
-            "s_phases": phases, "s_box": cands, "s_hold": ceil_div(math.prod(cands), THREADS)}
+            "s_phases": phases, "s_box": cands, "s_hold": ceil_div(math.prod(cands), SCATTER_THREADS),
+            "s_threads": SCATTER_THREADS}
 
 
 def const_divisor(spec: Spec, g: Geometry) -> int:
@@ -449,7 +470,7 @@ def plan(spec: Spec) -> dict:
     isz = DTYPES[spec.dtype].size
     KD, KH, KW = g.kernel
     out: dict = {"geometry": g}
-    window = None if g.adaptive else window_tiling(g, isz)
+    window = None if g.adaptive else window_tiling(g, isz, spec.C)
     lanes = None if g.adaptive else lanes_tiling(g, isz)
     if spec.nd == 2 and g.reduce == "avg" and not g.adaptive and KH * KW >= COLSUM_MIN_WINDOW:
         out["forward"], out["tiling"] = "colsum", colsum_tiling(g, isz)

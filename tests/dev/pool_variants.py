@@ -32,8 +32,8 @@ from tests.device.prebuild import build  # noqa: E402
 def _window_rh(rh: int):
     orig = pool.window_tiling
 
-    def f(g, isz):
-        t = orig(g, isz)
+    def f(g, isz, *rest):
+        t = orig(g, isz, *rest)
         if t is None:
             return None
         nj = (rh - 1) * g.stride[1] + (g.kernel[1] - 1) * g.dilation[1] + 1
@@ -44,8 +44,8 @@ def _window_rh(rh: int):
 def _unpacked():
     orig = pool.window_tiling
 
-    def f(g, isz):
-        t = orig(g, isz)
+    def f(g, isz, *rest):
+        t = orig(g, isz, *rest)
         return None if t is None else {**t, "packed": False}
     return {"window_tiling": f}
 
@@ -66,6 +66,9 @@ VARIANTS = {
     "scatter8k": {"SCATTER_SMEM_FLOATS": 8192},
     "scatter_hold4": {"SCATTER_HOLD": 4},
     "scatter_hold16": {"SCATTER_HOLD": 16},
+    "scatter_hold8": {"SCATTER_HOLD": 8},
+    "scatter128": {"SCATTER_THREADS": 128, "MIN_BLOCKS": {**pool.MIN_BLOCKS, "scatter": 8}},  # 8 blocks of 128 an SM
+    "scatter128_hold8": {"SCATTER_THREADS": 128, "SCATTER_HOLD": 8, "MIN_BLOCKS": {**pool.MIN_BLOCKS, "scatter": 8}},
     "fwd_half16": {"OUT_MAX_HALF": 16},
     "gather16": {"GATHER_BYTES_HALF": 16},
     "gather_ungrouped": _ungrouped(),  # one grad_y / offset load per candidate (before b_gq)
@@ -81,6 +84,9 @@ VARIANTS = {
     "lanes_out16": {"LANES_OUTPUTS": 16},
     "lanes_out8": {"LANES_OUTPUTS": 8},
     "no_lanes": {"lanes_tiling": lambda g, isz: None},
+    "no_walk": {"walk_slices": lambda g, isz, c: 0},  # one output slice per window-design work item
+    "walk4": {"WALK_SLICES": 4},
+    "walk16": {"WALK_SLICES": 16},
 }
 
 
