@@ -10,7 +10,9 @@ Every op is computed as a 3-d pool (1-d and 2-d ops get leading spatial dims of 
 pooling as 2-d with H = 1), and an adaptive pool whose bins are all equal is a fixed window (kernel = stride =
 size / out). Three forward designs, chosen here once:
 - ``window``: each thread keeps VO x RH outputs in registers and streams the input rows their windows cover with
-  16-byte loads (max pooling follows PyTorch's scan order, so ties and NaNs pick PyTorch's element);
+  16-byte loads (max pooling follows PyTorch's scan order, so ties and NaNs pick PyTorch's element); where one
+  window's last input slice is the next one's first (MaxPool3d(3, 2, 1)), a thread walks several output slices and
+  reads that shared slice once;
 - ``colsum``: the tuned AvgPool2d kernel for wide windows (column sums down the window rows, then across them
   from shared memory);
 - ``simple``: one thread per output with run-time window bounds (unequal adaptive bins, very wide windows).
