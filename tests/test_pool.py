@@ -209,6 +209,18 @@ def random_problem(rng: random.Random) -> str:
             kw["output_size"] = out[0] if nd == 1 or (len(set(out)) == 1 and rng.random() < 0.5) else tuple(out)
             if kw["output_size"] is None:
                 kw["output_size"] = tuple(out) if nd > 1 else rng.randint(1, size[0] + 3)
+        if nd == 3 and op in ("avg", "max") and rng.random() < 0.6:
+            # consecutive windows share exactly one input slice ((KD - 1) * DD == SD): the window forward's walk
+            k3, s3, p3, d3 = ([*v] if isinstance(v, tuple) else [v] * 3 for v in (
+                kw["kernel_size"], kw.get("stride", kw["kernel_size"]), kw.get("padding", 0), kw.get("dilation", 1)))
+            s3[0] = rng.randint(1, 3)
+            k3[0], d3[0] = (2, s3[0]) if op == "max" and rng.random() < 0.3 else (s3[0] + 1, 1)
+            p3[0] = min(p3[0], k3[0] // 2)
+            size[0] = max(size[0], (k3[0] - 1) * d3[0] + 1 + rng.randint(1, 3 * s3[0]))  # two or more output slices
+            shape = shape[:-3] + tuple(size)
+            kw.update(kernel_size=tuple(k3), stride=tuple(s3), padding=tuple(p3))
+            if op == "max":
+                kw["dilation"] = tuple(d3)
         max_like = op in ("max", "adaptive_max")
         if max_like and rng.random() < 0.35:
             kw["return_indices"] = True

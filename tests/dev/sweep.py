@@ -1,9 +1,12 @@
 """Random in-scope problems for every registered family: render, check the generated module against KernelBench's
 static checker's rules (and nvcc-compile with --compile) here; on a GPU, also check forward and every gradient
 against PyTorch (tests/test_numerics.py's comparison; the conv families' outputs again with TF32 allowed, at 1e-2).
+Pool draws are generated with the walk's size threshold lifted (walk_lifted), so their small 3-d windows that share a
+slice take the walking forward; the GPU summary counts them.
 Usage: python tests/dev/sweep.py [--n 12] [--seed 1] [--family NAME] [--compile] [--gpu] [--jobs 12]"""
 
 import argparse
+import contextlib
 import subprocess
 import sys
 import tempfile
@@ -14,6 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from kgen import emit  # noqa: E402
+from kgen.families import pool as pool_family  # noqa: E402
 from tests.families import random_problems  # noqa: E402
 from tests.helpers import write_problem  # noqa: E402
 from tests.test_static_rules import computes_in_float32, violations  # noqa: E402
@@ -30,6 +34,19 @@ def compile_ok(gen):
         return r.returncode == 0 and not spills, (r.stderr[-1500:] if r.returncode else "\n".join(spills))
 
 
+@contextlib.contextmanager
+def walk_lifted(on: bool):
+    """The pool family's walk (3-d windows sharing one input slice) without its size threshold, which only guards
+    occupancy at large sizes: random draws are small, so the sweep generates every pool draw this way to reach it
+    (the one-slice path of such windows stays covered by the small CASES)."""
+    saved = pool_family.WALK_MIN_ITEMS
+    pool_family.WALK_MIN_ITEMS = 0 if on else saved
+    try:
+        yield
+    finally:
+        pool_family.WALK_MIN_ITEMS = saved
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=12, help="problems per family")
@@ -42,21 +59,23 @@ def main():
     cases = [(f, s) for f, s in random_problems(a.n, a.seed) if a.family in (None, f)]
     gens, bad = [], 0
     for fam, src in cases:
+        lift = fam == pool_family.NAME
         try:
             path = write_problem(src)
-            gen = emit.generate(path)
+            with walk_lifted(lift):
+                gen = emit.generate(path)
         except Exception as exc:  # a dev sweep reports and goes on
             bad += 1
             print(f"RENDER FAIL {fam}: {type(exc).__name__}: {exc}\n{src}")
             continue
-        gens.append((fam, src, gen))
+        gens.append((fam, src, gen, lift))
         static = violations(gen.files["model_new.py"], computes_in_float32(path))
         if static:  # KernelBench's static checker would reject it (tests/test_static_rules.py)
             bad += 1
             print(f"STATIC FAIL {fam} {gen.name}: {static}\n{src}")
     if a.compile:
         with ThreadPoolExecutor(2) as ex:
-            for (fam, src, gen), (ok, msg) in zip(gens, ex.map(lambda t: compile_ok(t[2]), gens)):
+            for (fam, src, gen, _), (ok, msg) in zip(gens, ex.map(lambda t: compile_ok(t[2]), gens)):
                 if not ok:
                     bad += 1
                     print(f"COMPILE FAIL {fam} {gen.name}: {msg}\n{src}")
@@ -66,20 +85,25 @@ def main():
         from tests.test_numerics import compare
 
         # build every extension in parallel first; the checks then load from the cache
-        paths = [helpers.write_generated(gen) for fam, src, gen in gens]
+        paths = [helpers.write_generated(gen) for fam, src, gen, _ in gens]
         with ThreadPoolExecutor(a.jobs) as ex:
             for name, secs, rc, err in ex.map(build, paths):
                 if rc:
                     print(f"BUILD FAIL {name}: {err[-1500:]}")
-        for fam, src, gen in gens:
+        walks = 0
+        for fam, src, gen, lift in gens:
             try:
-                compare(src)
+                with walk_lifted(lift):
+                    compare(src)
                 if fam.startswith("conv2d"):  # also PyTorch's default flags (TF32 allowed), as a benchmark harness runs it
                     compare(src, tf32=True)
-                print(f"ok {fam} {gen.name}")
+                walked = "WALK = 0," not in gen.files["kernel.cu"] and "constexpr int WALK =" in gen.files["kernel.cu"]
+                walks += walked
+                print(f"ok {fam} {gen.name}{' (walk)' if walked else ''}")
             except Exception:
                 bad += 1
                 print(f"GPU FAIL {fam} {gen.name}\n{traceback.format_exc()[-2500:]}\n{src}")
+        print(f"sweep: {walks} of the GPU cases walk (pool 3-d windows sharing a slice)")
     print(f"sweep: {len(cases)} cases, {bad} failures")
     return 1 if bad else 0
 
