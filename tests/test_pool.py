@@ -198,6 +198,9 @@ def random_problem(rng: random.Random) -> str:
                 kw["padding"] = _tuple_or_int(rng, p)
             if op == "max" and (any(dd > 1 for dd in d) or rng.random() < 0.2):
                 kw["dilation"] = _tuple_or_int(rng, d)
+            if op == "max" and nd > 1 and rng.random() < 0.5:  # rows of whole 16-element blocks: the tile backward
+                size[-1] = 16 * rng.randint(1, 8)
+                shape = shape[:-1] + (size[-1],)
             if rng.random() < 0.4:
                 kw["ceil_mode"] = True
             if op == "avg" and rng.random() < 0.4:
@@ -267,12 +270,16 @@ def _eager_output(source: str):
     return model(torch.rand(tuple(x.shape)))
 
 
-def test_random_draws_reach_the_grouped_gather():
-    """The sweep's generator draws max pooling that the gather's grouped loads (b_gq) serve, in 2-byte and float32
-    types, so GPU sweeps check them on shapes no table lists."""
+def test_random_draws_reach_every_max_backward():
+    """The sweep's generator draws max pooling for every backward design, the tile backward with and without its
+    grouped loads and the gather's grouped loads (b_gq, 1-d windows) among them, so GPU sweeps check them on shapes no
+    table lists."""
     plans = [pool.plan(_spec(random_problem(random.Random(f"grouped:{i}")))[0]) for i in range(200)]
-    grouped = [pl for pl in plans if pl["backward"] == "gather" and pl["bwd_tiling"].get("b_gq")]
-    assert len(grouped) >= 4, len(grouped)
+    tile = [pl["bwd_tiling"] for pl in plans if pl["backward"] == "tile"]
+    assert len(tile) >= 8 and sum(bool(t["t_gq"]) for t in tile) >= 3 and sum(not t["t_gq"] for t in tile) >= 3
+    assert sum(1 for t in tile if t["t_block"][0] > 1) >= 2  # 3-d blocks
+    assert sum(1 for pl in plans if pl["backward"] == "scatter") >= 4
+    assert sum(1 for pl in plans if pl["backward"] == "gather" and pl["bwd_tiling"].get("b_gq")) >= 3
 
 
 @pytest.mark.parametrize("seed", range(60))
@@ -387,6 +394,42 @@ def test_aligned_gather_visits_every_window_tap_once():
     assert checked > 500 and grouped > 50, (checked, grouped)
 
 
+def _random_max_pools(rng: random.Random):
+    """Random fixed-window 3-d max pools (kernel, stride, padding, dilation, sizes, ceil_mode) whose every window
+    holds an input element, without end: (its Geometry, (k, s, p, d, size, ceil, out))."""
+    from kgen.geometry import pool_out_size
+
+    while True:
+        k = [rng.randint(1, 4) for _ in range(3)]
+        s = [rng.randint(1, 3) for _ in range(3)]
+        d = [rng.randint(1, 2) for _ in range(3)]
+        p = [rng.randint(0, kk // 2) for kk in k]
+        size = [rng.randint(1, 9) for _ in range(3)]
+        ceil = rng.random() < 0.5
+        if any((kk - 1) * dd + 1 > n + 2 * pp for kk, dd, n, pp in zip(k, d, size, p)):
+            continue
+        out = [pool_out_size(n, kk, ss, pp, ceil, dd) for n, kk, ss, pp, dd in zip(size, k, s, p, d)]
+        if not all(any(0 <= o * ss - pp + t * dd < n for t in range(kk)) for n, oo, kk, ss, pp, dd in
+                   zip(size, out, k, s, p, d) for o in range(oo)):
+            continue  # a dilated window over padding only: PyTorch's index then names another element
+        yield pool.Geometry("max", False, *map(tuple, (size, out, k, s, p, d))), (k, s, p, d, size, ceil, out)
+
+
+def _max_pool_offsets(k, s, p, d, size, ceil, out, rng: random.Random):
+    """In-window argmax offsets (what kgen's forward saves), an integer-valued grad_y and PyTorch's grad_x of one
+    float64 3-d max pool plane."""
+    x = torch.randn(1, 1, *size, dtype=torch.float64, requires_grad=True)
+    y, idx = F.max_pool3d(x, k, s, p, d, ceil_mode=ceil, return_indices=True)
+    gen = torch.Generator().manual_seed(rng.randint(0, 1 << 30))
+    grad = torch.randint(-8, 9, y.shape, dtype=torch.float64, generator=gen)
+    y.backward(grad)
+    flat = idx[0, 0]
+    pos = [flat // (size[1] * size[2]), (flat // size[2]) % size[1], flat % size[2]]
+    o = torch.meshgrid(*[torch.arange(n) for n in out], indexing="ij")
+    kk = [(pos[a] - (o[a] * s[a] - p[a])) // d[a] for a in range(3)]
+    return (kk[0] * k[1] + kk[1]) * k[2] + kk[2], grad[0, 0], x.grad[0, 0]
+
+
 def _replay_scatter(g: pool.Geometry, t: dict, offsets: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
     """The scatter backward's loops (templates/pool/backward_scatter.cu.j2) for one plane, in Python: tiles,
     phases, the per-phase window boxes and the in-tile test. Asserts that no two windows of one phase add to the same
@@ -445,49 +488,93 @@ def test_scatter_backward_replayed_matches_autograd():
     """The max-pool scatter backward's tiling and phases (kgen.families.pool.scatter_tiling), replayed over random
     3-d geometries with small shared-memory tiles (so tiles have edges and halos): the result equals PyTorch's
     gradient exactly (integer-valued grad_y, float64), and no phase races."""
-    from kgen.geometry import pool_out_size
-
     rng, checked = random.Random(1), 0
     old = pool.SCATTER_SMEM_FLOATS
     try:
-        while checked < 60:
-            k = [rng.randint(1, 4) for _ in range(3)]
-            s = [rng.randint(1, 3) for _ in range(3)]
-            d = [rng.randint(1, 2) for _ in range(3)]
-            p = [rng.randint(0, kk // 2) for kk in k]
-            size = [rng.randint(1, 9) for _ in range(3)]
-            ceil = rng.random() < 0.5
-            if any((kk - 1) * dd + 1 > n + 2 * pp for kk, dd, n, pp in zip(k, d, size, p)):
-                continue
-            out = [pool_out_size(n, kk, ss, pp, ceil, dd) for n, kk, ss, pp, dd in zip(size, k, s, p, d)]
-            if not all(any(0 <= o * ss - pp + t * dd < n for t in range(kk)) for n, oo, kk, ss, pp, dd in
-                       zip(size, out, k, s, p, d) for o in range(oo)):
-                continue  # a dilated window over padding only: PyTorch's index then names another element
-            g = pool.Geometry("max", False, tuple(size), tuple(out), tuple(k), tuple(s), tuple(p), tuple(d))
+        for g, draw in _random_max_pools(rng):
+            if checked == 60:
+                break
             pool.SCATTER_SMEM_FLOATS = rng.choice([16, 30, 64, 1024])
             t = pool.scatter_tiling(g, rng.choice([1, 2, 4]), 1)
             if t is None:
                 continue
-            x = torch.randn(1, 1, *size, dtype=torch.float64, requires_grad=True)
-            y, idx = F.max_pool3d(x, k, s, p, d, ceil_mode=ceil, return_indices=True)
-            grad = torch.randint(-8, 9, y.shape, dtype=torch.float64)
-            y.backward(grad)
-            flat = idx[0, 0]
-            pos = [flat // (size[1] * size[2]), (flat // size[2]) % size[1], flat % size[2]]
-            o = torch.meshgrid(*[torch.arange(n) for n in out], indexing="ij")
-            kk = [(pos[a] - (o[a] * s[a] - p[a])) // d[a] for a in range(3)]
-            offsets = (kk[0] * k[1] + kk[1]) * k[2] + kk[2]
-            got = _replay_scatter(g, t, offsets, grad[0, 0])
-            assert torch.equal(got, x.grad[0, 0]), (size, k, s, p, d, ceil, t)
+            offsets, grad, want = _max_pool_offsets(*draw, rng)
+            assert torch.equal(_replay_scatter(g, t, offsets, grad), want), (draw, t)
             checked += 1
     finally:
         pool.SCATTER_SMEM_FLOATS = old
 
 
-def test_scatter_backward_is_chosen_for_fixed_max_windows():
+def _replay_tile(g: pool.Geometry, t: dict, offsets: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
+    """The tile backward's loops (templates/pool/backward_tile.cu.j2) for one plane, in Python: blocks, first
+    candidates (exact divisions), the rendered taps (t_rows) and the row and W validity tests. Asserts the grouped
+    loads' alignment: the group starts on a multiple of its size and lies wholly inside the row or wholly outside."""
+    (D, H, W), (DO, HO, WO) = g.size, g.out
+    S, P = g.stride, g.padding
+    block, r0, vec = t["t_block"], t["t_r0"], t["t_vec"]
+    gq, gq0 = t["t_gq"], t["t_gq0"]
+    gx = torch.zeros(D, H, W, dtype=grad.dtype)
+    for bd in range(t["t_blocks"][0]):
+        for bh in range(t["t_blocks"][1]):
+            for bw in range(t["t_blocks"][2]):
+                i0 = (bd * block[0], bh * block[1], bw * block[2])
+                assert all((i0[a] + r0[a] + P[a]) % S[a] == 0 for a in range(3))
+                o0 = [(i0[a] + r0[a] + P[a]) // S[a] for a in range(3)]
+                if gq:
+                    first = o0[2] + gq0
+                    assert first % gq == 0 and (0 <= first and first + gq <= WO or first + gq <= 0 or first >= WO)
+                acc = torch.zeros(*block, dtype=grad.dtype)
+                for a, b, taps in t["t_rows"]:
+                    od, oh = o0[0] + a, o0[1] + b
+                    if not (0 <= od < DO and 0 <= oh < HO):
+                        continue
+                    for q, k, ld, lh, c, e in taps:
+                        ow = o0[2] + q
+                        if 0 <= ow < WO and int(offsets[od, oh, ow]) == k:
+                            acc[ld, lh, c * vec + e] += grad[od, oh, ow]
+                n = [min(i0[a] + block[a], g.size[a]) - i0[a] for a in range(3)]
+                gx[i0[0]:i0[0] + n[0], i0[1]:i0[1] + n[1], i0[2]:i0[2] + n[2]] = acc[:n[0], :n[1], :n[2]]
+    return gx
+
+
+def test_tile_backward_replayed_matches_autograd():
+    """The max-pool tile backward's blocks and rendered taps (kgen.families.pool.tile_tiling), replayed over random
+    3-d geometries, element sizes and block caps (so blocks run past the last row and slice): the result equals
+    PyTorch's gradient exactly (integer-valued grad_y, float64)."""
+    rng, checked, grouped = random.Random(2), 0, 0
+    old = dict(pool.TILE_ELEMS_MAX)
+    try:
+        for g, draw in _random_max_pools(rng):
+            if checked == 80:
+                break
+            isz = rng.choice([2, 4])
+            pool.TILE_ELEMS_MAX[isz] = rng.choice([4, 8, 16, 32])
+            t = pool.tile_tiling(g, isz, 1)
+            if t is None:
+                continue
+            offsets, grad, want = _max_pool_offsets(*draw, rng)
+            assert torch.equal(_replay_tile(g, t, offsets, grad), want), (draw, t)
+            checked += 1
+            grouped += bool(t["t_gq"])
+    finally:
+        pool.TILE_ELEMS_MAX.clear()
+        pool.TILE_ELEMS_MAX.update(old)
+    assert grouped > 5, grouped
+
+
+def test_max_backward_designs():
+    """Fixed max windows take the tile backward where a block aligned to the strides fits its register budget, else
+    the scatter; 1-d windows, adaptive bins and average pooling take the gather."""
     spec, _ = _spec(pool_problem("max", 2, (2, 3, 33, 40), dict(kernel_size=3, stride=2, padding=1)))
     ctx = pool.context(spec)
-    assert ctx["backward"] == "scatter" and ctx["s_phases"] == [1, 2, 2] and ctx["s_hold"] <= pool.SCATTER_HOLD
+    assert ctx["backward"] == "tile" and ctx["t_block"] == [1, 2, 8] and ctx["t_gq"] == 4 and ctx["align_grad_y"]
+    spec, _ = _spec(pool_problem("max", 2, (32, 96, 384, 384), dict(kernel_size=3, stride=2, padding=1)))
+    assert pool.context(spec)["t_block"] == [1, 4, 4]  # issue 8's MaxPool2d: no rows past the plane's last
+    spec, _ = _spec(pool_problem("max", 2, (2, 3, 17, 20), dict(kernel_size=3, stride=1, padding=1, dilation=2)))
+    ctx = pool.context(spec)  # 5 x 5 candidate windows per element: no block within the register budget
+    assert ctx["backward"] == "scatter" and ctx["s_phases"] == [1, 5, 5] and ctx["s_hold"] <= pool.SCATTER_HOLD
+    spec, _ = _spec(pool_problem("max", 2, (2, 3, 30, 30), dict(kernel_size=3, stride=3)))
+    assert pool.context(spec)["backward"] == "scatter"  # 2-element vectors: no block of whole vectors and strides fits
     spec, _ = _spec(pool_problem("adaptive_max", 2, (2, 3, 13, 13), dict(output_size=6)))
     assert pool.context(spec)["backward"] == "gather"  # unequal adaptive bins
     spec, _ = _spec(pool_problem("avg", 2, (2, 3, 13, 13), dict(kernel_size=3)))
@@ -495,9 +582,11 @@ def test_scatter_backward_is_chosen_for_fixed_max_windows():
     spec, _ = _spec(pool_problem("max", 1, (2, 3, 130), dict(kernel_size=4, stride=2)))
     assert pool.context(spec)["backward"] == "gather"  # 1-d windows
     spec, _ = _spec(pool_problem("max", 2, (2, 3, 33, 40), dict(kernel_size=3, stride=2), dtype="float16"))
-    assert pool.context(spec)["backward"] == "gather"  # 2-d windows of a 2-byte type
+    assert pool.context(spec)["backward"] == "tile"
     spec, _ = _spec(pool_problem("max", 3, (1, 2, 9, 10, 40), dict(kernel_size=3, stride=2), dtype="bfloat16"))
-    assert pool.context(spec)["backward"] == "scatter"
+    assert pool.context(spec)["backward"] == "scatter"  # a 2 x 2 x 8 block and its 20 windows: over the budget
+    spec, _ = _spec(pool_problem("max", 3, (1, 2, 9, 10, 40), dict(kernel_size=3, stride=2)))
+    assert pool.context(spec)["t_block"] == [2, 2, 4]
 
 
 def test_walk_only_where_consecutive_windows_share_one_slice():
@@ -671,7 +760,7 @@ def test_half_type_ties_match_pytorch(dtype):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("case", [0, 10, 12, 14, 22, 27, 36])  # 10, 14: the gather's grouped offset loads (b_gq)
+@pytest.mark.parametrize("case", [0, 10, 12, 14, 22, 27, 36])  # 10, 14: the tile backward's grouped loads (t_gq)
 def test_gradient_of_sum_reads_the_broadcast_grad(case):
     check_against_pytorch(CASES[case][1], grad_sum=True)
 

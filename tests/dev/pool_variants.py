@@ -61,7 +61,12 @@ def _ungrouped():
 # label -> attribute overrides of kgen.families.pool (constants or functions)
 VARIANTS = {
     "default": {},
-    "gather": {"scatter_tiling": lambda g, isz, osz: None},
+    "gather": {"tile_tiling": lambda g, isz, osz: None, "scatter_tiling": lambda g, isz, osz: None},
+    "no_tile": {"tile_tiling": lambda g, isz, osz: None},  # the scatter or gather the tile backward replaced
+    "tile_minblk3": {"MIN_BLOCKS": {**pool.MIN_BLOCKS, "tile": 3}},
+    "tile_minblk2": {"MIN_BLOCKS": {**pool.MIN_BLOCKS, "tile": 2}},
+    "tile_small": {"TILE_ELEMS_MAX": {4: 8, 2: 16}},
+    "tile_big": {"TILE_ELEMS_MAX": {4: 32, 2: 64}, "TILE_REGS_MAX": 100, "MIN_BLOCKS": {**pool.MIN_BLOCKS, "tile": 2}},
     "scatter4k": {"SCATTER_SMEM_FLOATS": 4096},
     "scatter8k": {"SCATTER_SMEM_FLOATS": 8192},
     "scatter_hold4": {"SCATTER_HOLD": 4},
