@@ -60,6 +60,26 @@ def test_kernel_compiles_for_every_arch_without_spills(tmp_path, label, gen):
         assert all(s == "0" for s in stacks), f"KGEN_SM90={sm90_path}:\n{report}"
 
 
+# Max pools with large windows, whose forward that saves offsets spilled at its 128-register cap before the window
+# design kept a thread's words within WINDOW_WORDS_MAX (8-128 bytes on sm_80 and sm_90).
+BIG_WINDOWS = [((2, 3, 40, 64), dict(kernel_size=5, stride=1, padding=2)),
+               ((2, 3, 40, 64), dict(kernel_size=5, stride=2, padding=2)),
+               ((2, 3, 40, 64), dict(kernel_size=4, stride=2, padding=1)),
+               ((2, 3, 33, 64), dict(kernel_size=7, stride=4, padding=3))]
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc not on PATH")
+@pytest.mark.parametrize("shape,kw", BIG_WINDOWS, ids=[str(tuple(kw.values())) for _, kw in BIG_WINDOWS])
+def test_large_max_windows_compile_without_spills(tmp_path, shape, kw):
+    from tests.test_pool import pool_problem
+
+    gen = emit.generate(write_problem(pool_problem("max", 2, shape, kw)))
+    report = ptxas_report(tmp_path, gen.files["kernel.cu"], ("80", "90"), 0)
+    assert re.findall(r"Compiling entry function '\w+_fwdILb1ELb0ELb1EE", report), report[-2000:]  # the one saving offsets
+    spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
+    assert spills and all(s == ("0", "0") for s in spills), report
+
+
 def torch_include_flags(stub: Path) -> list[str]:
     import torch.utils.cpp_extension as cpp_ext
 

@@ -238,19 +238,35 @@ def walk_slices(g: Geometry, itemsize: int, channels: int) -> int:
     return ceil_div(DO, runs) if items >= WALK_MIN_ITEMS else 0
 
 
+# 32-bit words one window-design thread may hold (window_words) before the forward that also saves offsets spills at
+# its 128-register cap: measured by nvcc -Xptxas -v for sm_80 and sm_90 on MaxPool2d (5, 1, 2), (5, 2, 2), (4, 2, 1),
+# (7, 4, 3) float32 (152-236 words: 8-128 bytes of spills; none at the budget) and bfloat16 (6, (4, 1), 1) packed
+# (88 words: 56 bytes on sm_80; 16 bytes left at 64 words with 8-byte loads); issue 8's MaxPool2d(3, 2, 1) float32
+# holds 132 and float16 52 without spills. Not separated by this estimate: 3-d windows without the walk at 132 words
+# (MaxPool3d(3, 2, 1) on 10 x 12 x 16: 24 bytes on sm_90; on 9 x 10 x 12, none).
+WINDOW_WORDS_MAX = {"float": 136, "packed": 80}
+
+
+def window_words(g: Geometry, itemsize: int, seg: int, nj: int, vo: int, rh: int) -> float:
+    """Estimate of the 32-bit words a window-design thread holds at once: every row its windows read (the compiler
+    hoists the unrolled rows' loads) and its outputs (max pooling: value and offset)."""
+    return seg * nj * itemsize / 4 + vo * rh * (2 if g.reduce == "max" else 1)
+
+
 def window_tiling(g: Geometry, itemsize: int, channels: int = 1) -> dict | None:
     """VO outputs along W and RH output rows per thread, VEC-element loads; None when no tiling fits registers."""
     (_, H, W), (_, HO, WO) = g.size, g.out
     (_, KH, KW), (_, SH, SW), (_, _, PW), (_, DH, DW) = g.kernel, g.stride, g.padding, g.dilation
     ekw = (KW - 1) * DW + 1
     walk = walk_slices(g, itemsize, channels)
+    over = None  # the widest vectors' tiling, where no vector width fits the register budget
     for vec in vec_widths(W, itemsize):
         al = ceil_div(PW, vec) * vec
 
         def seg(vo: int) -> int:
             return ceil_div(al - PW + (vo - 1) * SW + ekw, vec) * vec
 
-        vo = vec // math.gcd(vec, SW)
+        vo = base = vec // math.gcd(vec, SW)  # vo * SW a whole number of vectors
         out_max = WALK_VO_MAX * 2 if walk else OUT_MAX_HALF if itemsize == 2 else OUT_MAX
         if vo > out_max or seg(vo) > SEG_MAX:
             continue
@@ -263,13 +279,26 @@ def window_tiling(g: Geometry, itemsize: int, channels: int = 1) -> dict | None:
         # addresses, would not fit the register budget without spilling).
         rh = 2 if (ekh > SH and HO > 1 and vo * 2 <= out_max and ceil_div(seg(vo), vec) * (SH + ekh) <= 64
                    and vec * itemsize >= 8) else 1
-        nj = (rh - 1) * SH + ekh
         # 2-byte max pooling scans output pairs packed in 32-bit words (half the instructions; H200, float16
         # MaxPool2d(3, 2, 1): the float scan that saves offsets was bound by the ALU pipe, 0.56 ms for a 0.29 floor)
         packed = g.reduce == "max" and itemsize == 2 and vo % 2 == 0 and vec % 2 == 0 and math.prod(g.kernel) <= 0xFFFF
-        return {"vec": vec, "vo": vo, "rh": rh, "al": al, "seg": seg(vo), "nj": nj, "chunks": ceil_div(WO, vo),
-                "groups": ceil_div(HO, rh), "packed": packed, "walk": walk}
-    return None
+        budget = WINDOW_WORDS_MAX["packed" if packed else "float"]
+        # max pooling (its forward that saves offsets): fewer rows, then fewer outputs, until the words a thread holds
+        # fit the register budget
+        while (g.reduce == "max" and window_words(g, itemsize, seg(vo), (rh - 1) * SH + ekh, vo, rh) > budget
+               and (rh > 1 or vo > base)):
+            if rh > 1:
+                rh = 1
+            else:
+                vo //= 2
+            packed = packed and vo % 2 == 0
+        nj = (rh - 1) * SH + ekh
+        tiling = {"vec": vec, "vo": vo, "rh": rh, "al": al, "seg": seg(vo), "nj": nj, "chunks": ceil_div(WO, vo),
+                  "groups": ceil_div(HO, rh), "packed": packed, "walk": walk}
+        if g.reduce != "max" or window_words(g, itemsize, seg(vo), nj, vo, rh) <= budget:
+            return tiling
+        over = over or tiling  # narrower vectors take fewer outputs a thread
+    return over
 
 
 LANES_MIN_USE = 0.7  # the lanes design is taken when at least this fraction of its lanes' outputs are real
