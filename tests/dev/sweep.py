@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import traceback
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -32,6 +33,12 @@ def compile_ok(gen):
                            capture_output=True, text=True)
         spills = [ln for ln in r.stderr.splitlines() if "spill" in ln and not ln.strip().startswith("0 bytes stack frame, 0 bytes spill")]
         return r.returncode == 0 and not spills, (r.stderr[-1500:] if r.returncode else "\n".join(spills))
+
+
+def pool_designs(gen) -> str:
+    """A pool kernel's forward and backward designs, from the header line kernel.cu.j2 writes."""
+    head = next((ln for ln in gen.files["kernel.cu"].splitlines()[:6] if "forward design: " in ln), "")
+    return head.split("forward design: ")[-1].rstrip(".").replace(", backward: ", " / ") if head else "?"
 
 
 @contextlib.contextmanager
@@ -90,7 +97,7 @@ def main():
             for name, secs, rc, err in ex.map(build, paths):
                 if rc:
                     print(f"BUILD FAIL {name}: {err[-1500:]}")
-        walks = 0
+        walks, designs = 0, Counter()
         for fam, src, gen, lift in gens:
             try:
                 with walk_lifted(lift):
@@ -99,11 +106,16 @@ def main():
                     compare(src, tf32=True)
                 walked = "WALK = 0," not in gen.files["kernel.cu"] and "constexpr int WALK =" in gen.files["kernel.cu"]
                 walks += walked
-                print(f"ok {fam} {gen.name}{' (walk)' if walked else ''}")
+                design = pool_designs(gen) if fam == pool_family.NAME else ""
+                designs[design] += bool(design)
+                print(f"ok {fam} {gen.name}{' (walk)' if walked else ''}{f' [{design}]' if design else ''}")
             except Exception:
                 bad += 1
                 print(f"GPU FAIL {fam} {gen.name}\n{traceback.format_exc()[-2500:]}\n{src}")
         print(f"sweep: {walks} of the GPU cases walk (pool 3-d windows sharing a slice)")
+        if designs:
+            print("sweep: passing pool cases by (forward, backward) design: "
+                  + ", ".join(f"{d} {n}" for d, n in sorted(designs.items()) if n))
     print(f"sweep: {len(cases)} cases, {bad} failures")
     return 1 if bad else 0
 
