@@ -396,6 +396,15 @@ GATHER_BYTES_HALF = 32
 ALIGNED_KW_MAX = 8  # the aligned gather unrolls each candidate over its KW taps
 
 
+def _aligned_candidates(r: int, k: int, s: int, p: int, d: int) -> tuple[int, int]:
+    """Along one dimension, for blocks of r inputs starting at multiples of r (s dividing r): the start of the first
+    window that can reach the block, relative to its first input (r0 <= 0), and how many windows can (nq). The aligned
+    gather's W candidates and the tile backward's per dimension."""
+    ek = (k - 1) * d + 1
+    r0 = 1 - ek + (-p - (1 - ek)) % s  # the first window start >= 1 - ek that is = -p (mod s)
+    return r0, (r - 1 - r0) // s + 1
+
+
 def gather_tiling(g: Geometry, itemsize: int, offsize: int) -> dict:
     """B_VEC grad_x elements per thread and the windows (candidates) that can hold them. Aligned form (fixed windows,
     the W stride dividing B_VEC): every thread's first W candidate starts the same distance B_R0 from its first element,
@@ -415,9 +424,7 @@ def gather_tiling(g: Geometry, itemsize: int, offsize: int) -> dict:
     out = {"b_vec": vec, "ncd": cov[0], "nch": cov[1], "nqw": cov[2], "b_chunks": W // vec, "b_aligned": False,
            "b_r0": 0, "b_nq": 0, "b_gq": 0}
     if not g.adaptive and vec % SW == 0 and KW <= ALIGNED_KW_MAX:
-        ekw = (KW - 1) * DW + 1
-        r0 = 1 - ekw + (-PW - (1 - ekw)) % SW  # the first window start >= 1 - ekw that is = -PW (mod SW)
-        nq = (vec - 1 - r0) // SW + 1  # candidates whose start is <= the last element
+        r0, nq = _aligned_candidates(vec, KW, SW, PW, DW)
         if nq <= UNROLL_MAX:
             out.update(b_aligned=True, b_r0=r0, b_nq=nq)
             gq = vec // SW  # candidates per vector: the thread's first element steps by B_VEC = gq * SW inputs
@@ -435,14 +442,6 @@ def gather_tiling(g: Geometry, itemsize: int, offsize: int) -> dict:
 TILE_ELEMS_MAX = {4: 16, 2: 32}  # grad_x elements (float32 accumulators) per thread, by element size
 TILE_PAIRS_MAX = 256  # (candidate window, tap inside the block) pairs: one compare and add each, unrolled
 TILE_REGS_MAX = 52  # accumulators plus a grad_y and an offset register per candidate window (all rows in flight)
-
-
-def _aligned_candidates(r: int, k: int, s: int, p: int, d: int) -> tuple[int, int]:
-    """Along one dimension, for blocks of r inputs starting at multiples of r (s dividing r): the start of the first
-    window that can reach the block, relative to its first input (r0 <= 0), and how many windows can (nq)."""
-    ek = (k - 1) * d + 1
-    r0 = 1 - ek + (-p - (1 - ek)) % s  # the first window start >= 1 - ek that is = -p (mod s)
-    return r0, (r - 1 - r0) // s + 1
 
 
 def tile_taps(g: Geometry, block: tuple[int, int, int]) -> list[tuple[int, int, list[tuple[int, ...]]]]:
@@ -490,21 +489,20 @@ def tile_tiling(g: Geometry, itemsize: int, offsize: int) -> dict | None:
                 if (rd > 1 and rd > D) or (rh > 1 and rh > H):
                     continue
                 block = (rd, rh, rw)
-                nq = [_aligned_candidates(r, k, s, p, d)[1]
-                      for r, k, s, p, d in zip(block, g.kernel, g.stride, g.padding, g.dilation)]
-                pairs = sum(len(t) for _, _, t in tile_taps(g, block))
+                r0, nq = zip(*(_aligned_candidates(r, k, s, p, d)
+                               for r, k, s, p, d in zip(block, g.kernel, g.stride, g.padding, g.dilation)))
+                rows = tile_taps(g, block)
+                pairs = sum(len(t) for _, _, t in rows)
                 elems = rd * rh * rw
                 if pairs > TILE_PAIRS_MAX or nq[2] > UNROLL_MAX or elems + 2 * math.prod(nq) > TILE_REGS_MAX:
                     continue
                 waste = (ceil_div(D, rd) * rd * ceil_div(H, rh) * rh) / (D * H)  # blocks past the last slice / row
                 cost = waste * (24 + 4 * nq[0] * nq[1] * nq[2] + 2 * pairs + 2 * rd * rh * (rw // vec)) / elems
                 if best is None or cost < best[0] - 1e-9:
-                    best = (cost, block, nq)
+                    best = (cost, block, list(r0), list(nq), rows)
     if best is None:
         return None
-    _, (rd, rh, rw), nq = best
-    r0 = [_aligned_candidates(r, k, s, p, d)[0] for r, k, s, p, d in
-          zip((rd, rh, rw), g.kernel, g.stride, g.padding, g.dilation)]
+    _, (rd, rh, rw), r0, nq, rows = best
     # Candidates q0 .. q0 + gq - 1 of a row are the block's own gq = RW / SW outputs along W, whose first index is a
     # multiple of gq in every thread: one vector load each of grad_y and offsets where they fit 16 bytes.
     gq = rw // g.stride[2]
@@ -514,7 +512,7 @@ def tile_tiling(g: Geometry, itemsize: int, offsize: int) -> dict | None:
     return {"t_vec": vec, "t_block": [rd, rh, rw], "t_r0": r0, "t_nq": nq, "t_gq": gq if grouped else 0,
             "t_gq0": q0 if grouped else 0, "t_blocks": [ceil_div(D, rd), ceil_div(H, rh), W // rw],
             "t_rows": [(a, b, [(q, k, ld, lh, lw // vec, lw % vec) for q, k, ld, lh, lw in taps])
-                       for a, b, taps in tile_taps(g, (rd, rh, rw))]}
+                       for a, b, taps in rows]}
 
 
 SCATTER_THREADS = 256  # threads of a scatter block
@@ -616,12 +614,10 @@ def plan(spec: Spec) -> dict:
         out["backward"] = "colsum"
     else:
         osz = offset_type(g).size
-        tile = tile_tiling(g, isz, osz)
-        scatter = None if tile is not None else scatter_tiling(g, isz, osz)
-        if tile is not None:
-            out["backward"], out["bwd_tiling"] = "tile", tile
-        elif scatter is not None:
-            out["backward"], out["bwd_tiling"] = "scatter", scatter
+        if (tiling := tile_tiling(g, isz, osz)) is not None:
+            out["backward"], out["bwd_tiling"] = "tile", tiling
+        elif (tiling := scatter_tiling(g, isz, osz)) is not None:
+            out["backward"], out["bwd_tiling"] = "scatter", tiling
         else:
             out["backward"], out["bwd_tiling"] = "gather", gather_tiling(g, isz, osz)
     return out
