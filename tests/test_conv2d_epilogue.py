@@ -32,7 +32,7 @@ from kgen.pointwise import reference_forward
 from kgen.problem import load_problem
 from kgen.spec import match
 from tests.families import setup_problem
-from tests.helpers import REPO, conv_problem, poison_cuda_allocator, tf32_mode, tf32_round, write_problem
+from tests.helpers import REPO, conv_problem, generate_module, poison_cuda_allocator, tf32_mode, tf32_round, write_problem
 
 NAME = "conv2d_epilogue"
 CONV_ARGS = ("in_channels", "out_channels", "kernel_size")
@@ -1038,6 +1038,7 @@ def test_inference_with_pooling_folded_in_matches(cid, tf32):
     kernel. Training folds the pooling too, in the kernel built with SAVE (the numerics tier checks its gradients);
     a reduction's training forward stays unfused (the numerics tier does not reach its inference fold)."""
     model, new, shape = setup_problem(CASE[cid])
+    ops = setup_ops(CASE[cid])
     x = torch.randn(shape, device="cuda")
     with torch.no_grad():
         ref = model(x)
@@ -1046,12 +1047,97 @@ def test_inference_with_pooling_folded_in_matches(cid, tf32):
         with torch.no_grad():
             poison_cuda_allocator(4 * ref.numel() + 4096)
             out = new(x)
+        ops.save_policy("store")  # the training forward runs in the forward (else the backward would run it)
         train = new(x.clone().requires_grad_(True)).detach()  # the SAVE kernel (pooling) or the unfused ones (reduction)
     finally:
         torch.backends.cudnn.allow_tf32 = False
+        ops.save_policy("auto")
     tol = 2e-3 if tf32 else 1e-4
     torch.testing.assert_close(out, ref, atol=tol, rtol=tol)
     torch.testing.assert_close(out, train, atol=1e-5 if not tf32 else 2e-3, rtol=1e-5 if not tf32 else 2e-3)
+
+
+def setup_ops(source: str):
+    """The generated module's ops (torch.ops.<namespace>), its extension loaded."""
+    return generate_module(source)["kgen_load"]()
+
+
+SAVE_POLICY_CASES = ["relu", "maxpool2_mish", "halo_ci16_avgpool2_divisor_scale_c", "halo_ci8_k5s2_gelu_global_avg_squeeze",
+                     "adaptive_max_5x3_scale_logsumexp_c", "halo_ci8_tanh_adaptive_max1_flatten"]
+
+
+def test_training_extra_work_is_derived_from_what_the_backward_reads():
+    """TRAIN_EXTRA (the binding may leave the training forward's extra work to the backward) holds exactly where the
+    training forward writes more than inference: z, a stage's pre-program value or winners, or an unfolded reduction."""
+    for cid in SAVE_POLICY_CASES:
+        assert fam.derive(_spec(CASE[cid]))["TRAIN_EXTRA"], cid
+    for cid in ["lone_conv", "halo_ci24_k3x5_dil21_bias_c", "mean_keepdim_flatten_bias_c", "adaptive_avg_4xNone_sum_batch"]:
+        d = fam.derive(_spec(CASE[cid]))
+        assert not d["TRAIN_EXTRA"] and not d["needs_z"] and not d["FUSED_REDUCE"], cid
+    binding = emit.generate(write_problem(CASE["relu"])).files["binding.cpp"]
+    assert 'm.def("save_policy(str mode) -> str", &save_policy);' in binding
+    assert "constexpr bool kTrainExtra = true;" in binding
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cid", SAVE_POLICY_CASES)
+def test_save_policies_give_the_same_gradients(cid):
+    """"store" (forward_train in the forward) and "recompute" (the inference forward; the backward runs forward_train
+    first): the same bits in every gradient, and both match PyTorch."""
+    model, new, shape = setup_problem(CASE[cid])
+    ops = setup_ops(CASE[cid])
+    x = torch.randn(shape, device="cuda")
+    g = torch.randn_like(model(x))
+    grads = {}
+    try:
+        for mode in ("recompute", "store"):
+            ops.save_policy(mode)
+            xg = x.clone().requires_grad_(True)
+            new.zero_grad(set_to_none=True)
+            out = new(xg)
+            torch.testing.assert_close(out, model(x), atol=1e-4, rtol=1e-4)
+            out.backward(g)
+            grads[mode] = [xg.grad] + [p.grad for p in new.parameters()]
+    finally:
+        ops.save_policy("auto")
+    xr = x.clone().requires_grad_(True)
+    model.zero_grad(set_to_none=True)
+    model(xr).backward(g)
+    names = ["x"] + [n for n, _ in new.named_parameters()]
+    for name, a, b, want in zip(names, grads["recompute"], grads["store"], [xr.grad] + [p.grad for p in model.parameters()]):
+        assert torch.equal(a, b), f"{name}.grad differs between the save policies"
+        torch.testing.assert_close(a, want, atol=1e-4, rtol=1e-4, msg=lambda m: f"{name}: {m}")
+
+
+@pytest.mark.gpu
+def test_auto_save_policy_stores_after_the_first_backward():
+    """"auto": a forward with autograd on keeps only its inputs (no z allocated) until a backward has run; then the
+    forward stores z. Bad modes are refused by name."""
+    src = conv_epilogue_problem((8, 16, 64, 64), conv(16, 32, 3, padding=1), CONV_IN + ["return torch.tanh(x)"])
+    model, new, shape = setup_problem(src)
+    ops = setup_ops(src)
+    z_bytes = 8 * 32 * 64 * 64 * 4
+    x = torch.randn(shape, device="cuda")
+
+    def forward_bytes() -> int:
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated()
+        out = new(x)  # the parameters require grad: autograd records the call
+        torch.cuda.synchronize()
+        grown = torch.cuda.memory_allocated() - before
+        out.sum().backward()
+        return grown
+
+    assert ops.save_policy("auto") == "auto"
+    lazy = forward_bytes()  # no backward seen yet: recompute
+    stored = forward_bytes()  # after one backward: store
+    assert stored - lazy >= z_bytes, (lazy, stored)
+    assert ops.save_policy("recompute") == "auto"
+    assert forward_bytes() < stored
+    assert ops.save_policy("auto") == "recompute"
+    assert forward_bytes() == lazy  # "auto" forgets the backwards it saw
+    with pytest.raises(RuntimeError, match='save_policy takes "auto", "store" or "recompute", got "always"'):
+        ops.save_policy("always")
 
 
 @pytest.mark.gpu

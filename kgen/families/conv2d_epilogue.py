@@ -714,6 +714,11 @@ def derive(spec: Spec) -> dict:
             nsaved += int(wanted)
         stages.append(ctx)
         first += len(st.params)
+    freduce = fused_reduce(s, halo, tiles["HF"])
+    # Does the training forward do more than inference's: write z, a stage's pre-program value or winners, or give up
+    # the folded reduction? Then the binding's save policy may leave that work to the backward (recompute).
+    train_extra = needs_z or freduce is not None or any(
+        st["save_pre"] >= 0 or st["save_idx"] >= 0 for st in stages if st["kind"] != "view")
     for key, t in tiles.items():
         ctiles = ceil_div(cog if key in ("F", "HF") else cig, t["BN"])
         if key != "WG" and s.G * ctiles > 65535:
@@ -730,7 +735,7 @@ def derive(spec: Spec) -> dict:
         HALO=halo, HALO_DX=halo_dx, HALO_W=halo_w,
         # the halo loaders' 16-byte copies read x (forward) and, where grad_x reads it directly, grad_y aligned
         ALIGN16_X=bool(halo and halo["HV"] == 4), ALIGN16_GY=bool(halo_dx and halo_dx["HV"] == 4 and not write_gz),
-        FUSED_POOL=fpool, FUSED_REDUCE=fused_reduce(s, halo, tiles["HF"]),
+        FUSED_POOL=fpool, FUSED_REDUCE=freduce, TRAIN_EXTRA=train_extra,
         dg_phases=phases, DG_MAX_PIXELS=max(ph["hp"] * ph["wp"] for ph in phases),
         params=[dict(c=f"p{i}", name=p.name, shape=list(p.shape)) for i, p in enumerate(all_params(s))],
         conv_params=[dict(c=f"p{i}", name=p.name, shape=list(p.shape)) for i, p in enumerate(s.params)],
