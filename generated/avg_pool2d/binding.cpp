@@ -1,4 +1,4 @@
-// kgen_pool_44f788c8: torch glue for the avg pooling kernels in kernel.cu (ops under torch.ops.kgen_pool_44f788c8).
+// kgen_pool_10796d68: torch glue for the avg pooling kernels in kernel.cu (ops under torch.ops.kgen_pool_10796d68).
 // forward(x) returns the pooled values;. Autograd is registered here, in C++ (the Autograd key).
 // kgen fixed C++ glue helpers (pulled into each rendered binding by Jinja include).
 // Light headers only: torch/library.h, ATen/core, the autograd Function header and torch's pybind casters, not
@@ -128,9 +128,9 @@ inline void check_same_device(const at::Tensor& a, const at::Tensor& b, const ch
 #include <cstdint>
 #include <tuple>
 
-extern "C" cudaError_t kgen_pool_44f788c8_forward(const void* x, void* y, int64_t* indices, void* offsets, int64_t planes,
+extern "C" cudaError_t kgen_pool_10796d68_forward(const void* x, void* y, int64_t* indices, void* offsets, int64_t planes,
                                           cudaStream_t stream);
-extern "C" cudaError_t kgen_pool_44f788c8_backward(const void* grad_y, int grad_y_bcast, const void* offsets, void* grad_x,
+extern "C" cudaError_t kgen_pool_10796d68_backward(const void* grad_y, int grad_y_bcast, const void* offsets, void* grad_x,
                                            int64_t planes, cudaStream_t stream);
 
 namespace {
@@ -151,7 +151,7 @@ Outputs run_forward(const at::Tensor& x_in, bool values, bool indices, bool offs
   Outputs o;
   if (values) o.y = at::empty({n, 64, 186, 186}, x.options());
   if (indices) o.indices = at::empty({n, 64, 186, 186}, x.options().dtype(at::kLong));
-  kgen_glue::check_launch(kgen_pool_44f788c8_forward(x.const_data_ptr(), values ? o.y.data_ptr() : nullptr,
+  kgen_glue::check_launch(kgen_pool_10796d68_forward(x.const_data_ptr(), values ? o.y.data_ptr() : nullptr,
                                              indices ? o.indices.data_ptr<int64_t>() : nullptr,
                                              offsets ? o.offsets.data_ptr() : nullptr, planes,
                                              c10::cuda::getCurrentCUDAStream().stream()),
@@ -196,7 +196,7 @@ at::Tensor backward(const at::Tensor& grad_y_in) {
   const int64_t n = grad_y.size(0);
   const int64_t planes = n * 64;
   at::Tensor grad_x = at::empty({n, 64, 2048, 2048}, grad_y.options().memory_format(at::MemoryFormat::Contiguous));
-  kgen_glue::check_launch(kgen_pool_44f788c8_backward(grad_y.const_data_ptr(), bcast ? 1 : 0,
+  kgen_glue::check_launch(kgen_pool_10796d68_backward(grad_y.const_data_ptr(), bcast ? 1 : 0,
                                               nullptr, grad_x.data_ptr(),
                                               planes, c10::cuda::getCurrentCUDAStream().stream()),
                           "pool backward", kProblem);
@@ -207,12 +207,12 @@ at::Tensor backward(const at::Tensor& grad_y_in) {
 // backward op through the dispatcher (so torch.compile can trace it).
 struct PoolFunction : public torch::autograd::Function<PoolFunction> {
   static at::Tensor forward(kgen_glue::AutogradContext* ctx, const at::Tensor& x) {
-    static const auto op = kgen_glue::typed_op<at::Tensor(const at::Tensor&)>("kgen_pool_44f788c8::forward");
+    static const auto op = kgen_glue::typed_op<at::Tensor(const at::Tensor&)>("kgen_pool_10796d68::forward");
     at::AutoDispatchBelowADInplaceOrView below;
     return op.call(x);
   }
   static kgen_glue::variable_list backward(kgen_glue::AutogradContext* ctx, kgen_glue::variable_list grads) {
-    static const auto op = kgen_glue::typed_op<at::Tensor(const at::Tensor&)>("kgen_pool_44f788c8::backward");
+    static const auto op = kgen_glue::typed_op<at::Tensor(const at::Tensor&)>("kgen_pool_10796d68::backward");
     return {op.call(grads[0])};
   }
 };
@@ -225,7 +225,7 @@ at::Tensor forward_with_grad(const at::Tensor& x) {
 // bookkeeping).
 at::Tensor forward_autograd(const at::Tensor& x) {
   if (kgen_glue::needs_grad({x})) return forward_with_grad(x);
-  static const auto op = kgen_glue::typed_op<at::Tensor(const at::Tensor&)>("kgen_pool_44f788c8::forward");
+  static const auto op = kgen_glue::typed_op<at::Tensor(const at::Tensor&)>("kgen_pool_10796d68::forward");
   at::AutoDispatchBelowADInplaceOrView below;
   return op.call(x);
 }
@@ -238,21 +238,21 @@ at::Tensor forward_fast(const at::Tensor& x) {
 
 }  // namespace
 
-TORCH_LIBRARY(kgen_pool_44f788c8, m) {
+TORCH_LIBRARY(kgen_pool_10796d68, m) {
   m.def("forward(Tensor x) -> Tensor");
   m.def("backward(Tensor grad_y) -> Tensor");
 }
 
 // CPU inputs reach the same functions, which reject them with a message saying what to do.
-TORCH_LIBRARY_IMPL(kgen_pool_44f788c8, CUDA, m) {
+TORCH_LIBRARY_IMPL(kgen_pool_10796d68, CUDA, m) {
   m.impl("forward", &forward);
   m.impl("backward", &backward);
 }
-TORCH_LIBRARY_IMPL(kgen_pool_44f788c8, CPU, m) {
+TORCH_LIBRARY_IMPL(kgen_pool_10796d68, CPU, m) {
   m.impl("forward", &forward);
   m.impl("backward", &backward);
 }
-TORCH_LIBRARY_IMPL(kgen_pool_44f788c8, Autograd, m) {
+TORCH_LIBRARY_IMPL(kgen_pool_10796d68, Autograd, m) {
   m.impl("forward", &forward_autograd);
 }
 

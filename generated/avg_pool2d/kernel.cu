@@ -1,4 +1,4 @@
-// kgen_pool_44f788c8: avg pooling (2-d, float32) forward and backward, specialized by kgen.
+// kgen_pool_10796d68: avg pooling (2-d, float32) forward and backward, specialized by kgen.
 // x [N, 64, 2048, 2048] -> y [N, 64, 186, 186]; computed as a 3-d pool over
 // (D, H, W) = (1, 2048, 2048) -> (1, 186, 186), window (1, 11, 11), stride (1, 11, 11),
 // padding (0, 0, 0), dilation (1, 1, 1); forward design: colsum, backward: colsum.
@@ -130,6 +130,23 @@ __device__ __forceinline__ void load(const T* __restrict__ p, float (&out)[N]) {
   const Words<B> r = load_words<B>(p);
 #pragma unroll
   for (int e = 0; e < N; ++e) out[e] = to_float(of_bits<T>(extract<static_cast<int>(sizeof(T))>(r, e)));
+}
+
+// A max-pool backward's group of G consecutive outputs of one row (the caller checks it lies wholly in the row): their
+// grad_y (g0 for each where grad_y is one broadcast value) and their saved in-window offsets, one vector load each.
+template <typename T, typename OffT, int G, bool BCAST>
+__device__ __forceinline__ void load_group(const T* __restrict__ gy, const OffT* __restrict__ off, float g0, float (&gv)[G],
+                                           int (&ov)[G]) {
+  constexpr int S = static_cast<int>(sizeof(OffT));
+  if constexpr (BCAST) {
+#pragma unroll
+    for (int q = 0; q < G; ++q) gv[q] = g0;
+  } else {
+    load<T, G>(gy, gv);
+  }
+  const Words<G * S> w = load_words<G * S>(off);
+#pragma unroll
+  for (int q = 0; q < G; ++q) ov[q] = static_cast<int>(extract<S>(w, q));
 }
 
 // N elements of S bytes each (their bits in v) stored at p in pieces of at most 16 bytes (p aligned to them).
@@ -291,7 +308,7 @@ __device__ __forceinline__ void accumulate(float (&acc)[F_ROWS][VEC], const floa
 // VEC input columns of every tile and keeps the NEXT tile's F_IN_ROWS loads in flight in registers while the block
 // finishes the current tile, so memory never idles between tiles.
 template <bool WY, bool WI, bool WS>
-__global__ void __launch_bounds__(F_THREADS, 1) kgen_pool_44f788c8_fwd(const T* __restrict__ x, T* __restrict__ y,
+__global__ void __launch_bounds__(F_THREADS, 1) kgen_pool_10796d68_fwd(const T* __restrict__ x, T* __restrict__ y,
                                                             int64_t* __restrict__ idx, OffT* __restrict__ off,
                                                             int64_t tiles) {
   __shared__ float colsum[F_ROWS * F_SPAN];
@@ -351,7 +368,7 @@ static_assert(B_COLS % B_VEC == 0 && W % B_VEC == 0, "vector width must divide t
 static_assert(B_ROWS * B_GW <= 12 * 1024, "gh fits 48 KB of shared memory");
 
 template <bool BCAST>  // BCAST: grad_y is one value broadcast over the output (every stride 0)
-__global__ void __launch_bounds__(B_THREADS, 1024 / B_THREADS) kgen_pool_44f788c8_bwd(const T* __restrict__ gy, const OffT* __restrict__ off,
+__global__ void __launch_bounds__(B_THREADS, 1024 / B_THREADS) kgen_pool_10796d68_bwd(const T* __restrict__ gy, const OffT* __restrict__ off,
                                                             T* __restrict__ gx, int64_t tiles) {
   __shared__ float gh[B_ROWS * B_GW];
   for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
@@ -407,7 +424,7 @@ __global__ void __launch_bounds__(B_THREADS, 1024 / B_THREADS) kgen_pool_44f788c
 
 // Forward: writes y, int64 indices and saved argmax offsets where their pointers are non-null (the combinations
 // the binding asks for). planes = N * C (C for unbatched input).
-extern "C" cudaError_t kgen_pool_44f788c8_forward(const void* x, void* y, int64_t* indices, void* offsets, int64_t planes,
+extern "C" cudaError_t kgen_pool_10796d68_forward(const void* x, void* y, int64_t* indices, void* offsets, int64_t planes,
                                           cudaStream_t stream) {
   if (planes == 0) return cudaSuccess;
   const T* xt = static_cast<const T*>(x);
@@ -415,14 +432,14 @@ extern "C" cudaError_t kgen_pool_44f788c8_forward(const void* x, void* y, int64_
   OffT* ot = static_cast<OffT*>(offsets);
   const int64_t tiles = planes * F_ROW_TILES * F_COL_TILES;
   static std::atomic<int64_t> resident_cache[kgen::kMaxDevices];
-  void (*kernel)(const T*, T*, int64_t*, OffT*, int64_t) = kgen_pool_44f788c8_fwd<true, false, false>;
+  void (*kernel)(const T*, T*, int64_t*, OffT*, int64_t) = kgen_pool_10796d68_fwd<true, false, false>;
   const int64_t resident = kgen::resident_blocks(kernel, F_THREADS, 0, resident_cache);
   if (resident <= 0) return cudaErrorInvalidConfiguration;
   const unsigned grid = kgen::grid_for(tiles < resident ? tiles : resident);
   constexpr int block = F_THREADS;
   const int64_t work = tiles;
   if (y && !indices && !offsets) {
-    kgen_pool_44f788c8_fwd<true, false, false><<<grid, block, 0, stream>>>(xt, yt, indices, ot, work);
+    kgen_pool_10796d68_fwd<true, false, false><<<grid, block, 0, stream>>>(xt, yt, indices, ot, work);
     return cudaGetLastError();
   }
   return cudaErrorInvalidValue;
@@ -430,7 +447,7 @@ extern "C" cudaError_t kgen_pool_44f788c8_forward(const void* x, void* y, int64_
 
 // Backward: grad_x from grad_y (grad_y_bcast: one value broadcast over the output) and, for max pooling, the saved
 // argmax offsets.
-extern "C" cudaError_t kgen_pool_44f788c8_backward(const void* grad_y, int grad_y_bcast, const void* offsets, void* grad_x,
+extern "C" cudaError_t kgen_pool_10796d68_backward(const void* grad_y, int grad_y_bcast, const void* offsets, void* grad_x,
                                            int64_t planes, cudaStream_t stream) {
   if (planes == 0) return cudaSuccess;
   const T* gyt = static_cast<const T*>(grad_y);
@@ -440,9 +457,9 @@ extern "C" cudaError_t kgen_pool_44f788c8_backward(const void* grad_y, int grad_
   const unsigned grid = kgen::grid_for(work);
   constexpr int block = B_THREADS;
   if (grad_y_bcast) {
-    kgen_pool_44f788c8_bwd<true><<<grid, block, 0, stream>>>(gyt, ot, gxt, work);
+    kgen_pool_10796d68_bwd<true><<<grid, block, 0, stream>>>(gyt, ot, gxt, work);
   } else {
-    kgen_pool_44f788c8_bwd<false><<<grid, block, 0, stream>>>(gyt, ot, gxt, work);
+    kgen_pool_10796d68_bwd<false><<<grid, block, 0, stream>>>(gyt, ot, gxt, work);
   }
   return cudaGetLastError();
 }

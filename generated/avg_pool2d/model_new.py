@@ -2,7 +2,7 @@
 
 Do not edit: regenerate with `kgen generate kgen/problems/avg_pool2d.py` (a hand edit makes kgen refuse to overwrite
 this file without --force).
-kgen-checksum: 4008b00e34af19e6b9bb8efd11a100ce4e9cb8f11813dad02090f6cb807262bf
+kgen-checksum: 5cf252a759095759bd3ecc0db12df0be16f39391311e0aed9d399318ca850ea6
 
 Family pool; spec 4b862dba0d5233a7:
     op = 'avg'
@@ -30,7 +30,7 @@ How it works:
 The CUDA and C++ sources below are also written beside this file (kernel.cu, binding.cpp) for reading. They are
 compiled on first import into the extension kgen_pool_<hash> (the hash covers the sources, compiler flags,
 torch and CUDA versions and the target architectures), cached under $KGEN_CACHE_DIR (else
-$TORCH_EXTENSIONS_DIR/kgen, else ~/.cache/kgen), and loaded from there afterwards. Ops: torch.ops.kgen_pool_44f788c8.forward / .backward; autograd is registered in C++ (the
+$TORCH_EXTENSIONS_DIR/kgen, else ~/.cache/kgen), and loaded from there afterwards. Ops: torch.ops.kgen_pool_10796d68.forward / .backward; autograd is registered in C++ (the
 Autograd dispatch key) and fake kernels below, so a training step runs no Python beyond forward's call, and
 torch.compile(fullgraph=True) and torch.library.opcheck work.
 """
@@ -351,8 +351,8 @@ def kgen_load_extension(namespace, cuda_source, cpp_source):
     return module
 
 # ---- generated kernels ------------------------------------------------------------------------------------------
-KGEN_NAMESPACE = "kgen_pool_44f788c8"
-KGEN_CUDA_SOURCE = r'''// kgen_pool_44f788c8: avg pooling (2-d, float32) forward and backward, specialized by kgen.
+KGEN_NAMESPACE = "kgen_pool_10796d68"
+KGEN_CUDA_SOURCE = r'''// kgen_pool_10796d68: avg pooling (2-d, float32) forward and backward, specialized by kgen.
 // x [N, 64, 2048, 2048] -> y [N, 64, 186, 186]; computed as a 3-d pool over
 // (D, H, W) = (1, 2048, 2048) -> (1, 186, 186), window (1, 11, 11), stride (1, 11, 11),
 // padding (0, 0, 0), dilation (1, 1, 1); forward design: colsum, backward: colsum.
@@ -484,6 +484,23 @@ __device__ __forceinline__ void load(const T* __restrict__ p, float (&out)[N]) {
   const Words<B> r = load_words<B>(p);
 #pragma unroll
   for (int e = 0; e < N; ++e) out[e] = to_float(of_bits<T>(extract<static_cast<int>(sizeof(T))>(r, e)));
+}
+
+// A max-pool backward's group of G consecutive outputs of one row (the caller checks it lies wholly in the row): their
+// grad_y (g0 for each where grad_y is one broadcast value) and their saved in-window offsets, one vector load each.
+template <typename T, typename OffT, int G, bool BCAST>
+__device__ __forceinline__ void load_group(const T* __restrict__ gy, const OffT* __restrict__ off, float g0, float (&gv)[G],
+                                           int (&ov)[G]) {
+  constexpr int S = static_cast<int>(sizeof(OffT));
+  if constexpr (BCAST) {
+#pragma unroll
+    for (int q = 0; q < G; ++q) gv[q] = g0;
+  } else {
+    load<T, G>(gy, gv);
+  }
+  const Words<G * S> w = load_words<G * S>(off);
+#pragma unroll
+  for (int q = 0; q < G; ++q) ov[q] = static_cast<int>(extract<S>(w, q));
 }
 
 // N elements of S bytes each (their bits in v) stored at p in pieces of at most 16 bytes (p aligned to them).
@@ -645,7 +662,7 @@ __device__ __forceinline__ void accumulate(float (&acc)[F_ROWS][VEC], const floa
 // VEC input columns of every tile and keeps the NEXT tile's F_IN_ROWS loads in flight in registers while the block
 // finishes the current tile, so memory never idles between tiles.
 template <bool WY, bool WI, bool WS>
-__global__ void __launch_bounds__(F_THREADS, 1) kgen_pool_44f788c8_fwd(const T* __restrict__ x, T* __restrict__ y,
+__global__ void __launch_bounds__(F_THREADS, 1) kgen_pool_10796d68_fwd(const T* __restrict__ x, T* __restrict__ y,
                                                             int64_t* __restrict__ idx, OffT* __restrict__ off,
                                                             int64_t tiles) {
   __shared__ float colsum[F_ROWS * F_SPAN];
@@ -705,7 +722,7 @@ static_assert(B_COLS % B_VEC == 0 && W % B_VEC == 0, "vector width must divide t
 static_assert(B_ROWS * B_GW <= 12 * 1024, "gh fits 48 KB of shared memory");
 
 template <bool BCAST>  // BCAST: grad_y is one value broadcast over the output (every stride 0)
-__global__ void __launch_bounds__(B_THREADS, 1024 / B_THREADS) kgen_pool_44f788c8_bwd(const T* __restrict__ gy, const OffT* __restrict__ off,
+__global__ void __launch_bounds__(B_THREADS, 1024 / B_THREADS) kgen_pool_10796d68_bwd(const T* __restrict__ gy, const OffT* __restrict__ off,
                                                             T* __restrict__ gx, int64_t tiles) {
   __shared__ float gh[B_ROWS * B_GW];
   for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
@@ -761,7 +778,7 @@ __global__ void __launch_bounds__(B_THREADS, 1024 / B_THREADS) kgen_pool_44f788c
 
 // Forward: writes y, int64 indices and saved argmax offsets where their pointers are non-null (the combinations
 // the binding asks for). planes = N * C (C for unbatched input).
-extern "C" cudaError_t kgen_pool_44f788c8_forward(const void* x, void* y, int64_t* indices, void* offsets, int64_t planes,
+extern "C" cudaError_t kgen_pool_10796d68_forward(const void* x, void* y, int64_t* indices, void* offsets, int64_t planes,
                                           cudaStream_t stream) {
   if (planes == 0) return cudaSuccess;
   const T* xt = static_cast<const T*>(x);
@@ -769,14 +786,14 @@ extern "C" cudaError_t kgen_pool_44f788c8_forward(const void* x, void* y, int64_
   OffT* ot = static_cast<OffT*>(offsets);
   const int64_t tiles = planes * F_ROW_TILES * F_COL_TILES;
   static std::atomic<int64_t> resident_cache[kgen::kMaxDevices];
-  void (*kernel)(const T*, T*, int64_t*, OffT*, int64_t) = kgen_pool_44f788c8_fwd<true, false, false>;
+  void (*kernel)(const T*, T*, int64_t*, OffT*, int64_t) = kgen_pool_10796d68_fwd<true, false, false>;
   const int64_t resident = kgen::resident_blocks(kernel, F_THREADS, 0, resident_cache);
   if (resident <= 0) return cudaErrorInvalidConfiguration;
   const unsigned grid = kgen::grid_for(tiles < resident ? tiles : resident);
   constexpr int block = F_THREADS;
   const int64_t work = tiles;
   if (y && !indices && !offsets) {
-    kgen_pool_44f788c8_fwd<true, false, false><<<grid, block, 0, stream>>>(xt, yt, indices, ot, work);
+    kgen_pool_10796d68_fwd<true, false, false><<<grid, block, 0, stream>>>(xt, yt, indices, ot, work);
     return cudaGetLastError();
   }
   return cudaErrorInvalidValue;
@@ -784,7 +801,7 @@ extern "C" cudaError_t kgen_pool_44f788c8_forward(const void* x, void* y, int64_
 
 // Backward: grad_x from grad_y (grad_y_bcast: one value broadcast over the output) and, for max pooling, the saved
 // argmax offsets.
-extern "C" cudaError_t kgen_pool_44f788c8_backward(const void* grad_y, int grad_y_bcast, const void* offsets, void* grad_x,
+extern "C" cudaError_t kgen_pool_10796d68_backward(const void* grad_y, int grad_y_bcast, const void* offsets, void* grad_x,
                                            int64_t planes, cudaStream_t stream) {
   if (planes == 0) return cudaSuccess;
   const T* gyt = static_cast<const T*>(grad_y);
@@ -794,14 +811,14 @@ extern "C" cudaError_t kgen_pool_44f788c8_backward(const void* grad_y, int grad_
   const unsigned grid = kgen::grid_for(work);
   constexpr int block = B_THREADS;
   if (grad_y_bcast) {
-    kgen_pool_44f788c8_bwd<true><<<grid, block, 0, stream>>>(gyt, ot, gxt, work);
+    kgen_pool_10796d68_bwd<true><<<grid, block, 0, stream>>>(gyt, ot, gxt, work);
   } else {
-    kgen_pool_44f788c8_bwd<false><<<grid, block, 0, stream>>>(gyt, ot, gxt, work);
+    kgen_pool_10796d68_bwd<false><<<grid, block, 0, stream>>>(gyt, ot, gxt, work);
   }
   return cudaGetLastError();
 }
 '''
-KGEN_CPP_SOURCE = r'''// kgen_pool_44f788c8: torch glue for the avg pooling kernels in kernel.cu (ops under torch.ops.kgen_pool_44f788c8).
+KGEN_CPP_SOURCE = r'''// kgen_pool_10796d68: torch glue for the avg pooling kernels in kernel.cu (ops under torch.ops.kgen_pool_10796d68).
 // forward(x) returns the pooled values;. Autograd is registered here, in C++ (the Autograd key).
 // kgen fixed C++ glue helpers (pulled into each rendered binding by Jinja include).
 // Light headers only: torch/library.h, ATen/core, the autograd Function header and torch's pybind casters, not
@@ -931,9 +948,9 @@ inline void check_same_device(const at::Tensor& a, const at::Tensor& b, const ch
 #include <cstdint>
 #include <tuple>
 
-extern "C" cudaError_t kgen_pool_44f788c8_forward(const void* x, void* y, int64_t* indices, void* offsets, int64_t planes,
+extern "C" cudaError_t kgen_pool_10796d68_forward(const void* x, void* y, int64_t* indices, void* offsets, int64_t planes,
                                           cudaStream_t stream);
-extern "C" cudaError_t kgen_pool_44f788c8_backward(const void* grad_y, int grad_y_bcast, const void* offsets, void* grad_x,
+extern "C" cudaError_t kgen_pool_10796d68_backward(const void* grad_y, int grad_y_bcast, const void* offsets, void* grad_x,
                                            int64_t planes, cudaStream_t stream);
 
 namespace {
@@ -954,7 +971,7 @@ Outputs run_forward(const at::Tensor& x_in, bool values, bool indices, bool offs
   Outputs o;
   if (values) o.y = at::empty({n, 64, 186, 186}, x.options());
   if (indices) o.indices = at::empty({n, 64, 186, 186}, x.options().dtype(at::kLong));
-  kgen_glue::check_launch(kgen_pool_44f788c8_forward(x.const_data_ptr(), values ? o.y.data_ptr() : nullptr,
+  kgen_glue::check_launch(kgen_pool_10796d68_forward(x.const_data_ptr(), values ? o.y.data_ptr() : nullptr,
                                              indices ? o.indices.data_ptr<int64_t>() : nullptr,
                                              offsets ? o.offsets.data_ptr() : nullptr, planes,
                                              c10::cuda::getCurrentCUDAStream().stream()),
@@ -999,7 +1016,7 @@ at::Tensor backward(const at::Tensor& grad_y_in) {
   const int64_t n = grad_y.size(0);
   const int64_t planes = n * 64;
   at::Tensor grad_x = at::empty({n, 64, 2048, 2048}, grad_y.options().memory_format(at::MemoryFormat::Contiguous));
-  kgen_glue::check_launch(kgen_pool_44f788c8_backward(grad_y.const_data_ptr(), bcast ? 1 : 0,
+  kgen_glue::check_launch(kgen_pool_10796d68_backward(grad_y.const_data_ptr(), bcast ? 1 : 0,
                                               nullptr, grad_x.data_ptr(),
                                               planes, c10::cuda::getCurrentCUDAStream().stream()),
                           "pool backward", kProblem);
@@ -1010,12 +1027,12 @@ at::Tensor backward(const at::Tensor& grad_y_in) {
 // backward op through the dispatcher (so torch.compile can trace it).
 struct PoolFunction : public torch::autograd::Function<PoolFunction> {
   static at::Tensor forward(kgen_glue::AutogradContext* ctx, const at::Tensor& x) {
-    static const auto op = kgen_glue::typed_op<at::Tensor(const at::Tensor&)>("kgen_pool_44f788c8::forward");
+    static const auto op = kgen_glue::typed_op<at::Tensor(const at::Tensor&)>("kgen_pool_10796d68::forward");
     at::AutoDispatchBelowADInplaceOrView below;
     return op.call(x);
   }
   static kgen_glue::variable_list backward(kgen_glue::AutogradContext* ctx, kgen_glue::variable_list grads) {
-    static const auto op = kgen_glue::typed_op<at::Tensor(const at::Tensor&)>("kgen_pool_44f788c8::backward");
+    static const auto op = kgen_glue::typed_op<at::Tensor(const at::Tensor&)>("kgen_pool_10796d68::backward");
     return {op.call(grads[0])};
   }
 };
@@ -1028,7 +1045,7 @@ at::Tensor forward_with_grad(const at::Tensor& x) {
 // bookkeeping).
 at::Tensor forward_autograd(const at::Tensor& x) {
   if (kgen_glue::needs_grad({x})) return forward_with_grad(x);
-  static const auto op = kgen_glue::typed_op<at::Tensor(const at::Tensor&)>("kgen_pool_44f788c8::forward");
+  static const auto op = kgen_glue::typed_op<at::Tensor(const at::Tensor&)>("kgen_pool_10796d68::forward");
   at::AutoDispatchBelowADInplaceOrView below;
   return op.call(x);
 }
@@ -1041,21 +1058,21 @@ at::Tensor forward_fast(const at::Tensor& x) {
 
 }  // namespace
 
-TORCH_LIBRARY(kgen_pool_44f788c8, m) {
+TORCH_LIBRARY(kgen_pool_10796d68, m) {
   m.def("forward(Tensor x) -> Tensor");
   m.def("backward(Tensor grad_y) -> Tensor");
 }
 
 // CPU inputs reach the same functions, which reject them with a message saying what to do.
-TORCH_LIBRARY_IMPL(kgen_pool_44f788c8, CUDA, m) {
+TORCH_LIBRARY_IMPL(kgen_pool_10796d68, CUDA, m) {
   m.impl("forward", &forward);
   m.impl("backward", &backward);
 }
-TORCH_LIBRARY_IMPL(kgen_pool_44f788c8, CPU, m) {
+TORCH_LIBRARY_IMPL(kgen_pool_10796d68, CPU, m) {
   m.impl("forward", &forward);
   m.impl("backward", &backward);
 }
-TORCH_LIBRARY_IMPL(kgen_pool_44f788c8, Autograd, m) {
+TORCH_LIBRARY_IMPL(kgen_pool_10796d68, Autograd, m) {
   m.impl("forward", &forward_autograd);
 }
 
@@ -1118,13 +1135,13 @@ def kgen_register():
         n = x.shape[0]
         return x.new_empty((n, 64, 186, 186))
 
-    torch.library.register_fake("kgen_pool_44f788c8::forward", forward_fake)
+    torch.library.register_fake("kgen_pool_10796d68::forward", forward_fake)
 
     def backward_fake(grad_y):
         n = grad_y.shape[0]
         return grad_y.new_empty((n, 64, 2048, 2048))
 
-    torch.library.register_fake("kgen_pool_44f788c8::backward", backward_fake)
+    torch.library.register_fake("kgen_pool_10796d68::backward", backward_fake)
 
 
 class ModelNew(nn.Module):

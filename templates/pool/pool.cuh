@@ -87,6 +87,23 @@ __device__ __forceinline__ void load(const T* __restrict__ p, float (&out)[N]) {
   for (int e = 0; e < N; ++e) out[e] = to_float(of_bits<T>(extract<static_cast<int>(sizeof(T))>(r, e)));
 }
 
+// A max-pool backward's group of G consecutive outputs of one row (the caller checks it lies wholly in the row): their
+// grad_y (g0 for each where grad_y is one broadcast value) and their saved in-window offsets, one vector load each.
+template <typename T, typename OffT, int G, bool BCAST>
+__device__ __forceinline__ void load_group(const T* __restrict__ gy, const OffT* __restrict__ off, float g0, float (&gv)[G],
+                                           int (&ov)[G]) {
+  constexpr int S = static_cast<int>(sizeof(OffT));
+  if constexpr (BCAST) {
+#pragma unroll
+    for (int q = 0; q < G; ++q) gv[q] = g0;
+  } else {
+    load<T, G>(gy, gv);
+  }
+  const Words<G * S> w = load_words<G * S>(off);
+#pragma unroll
+  for (int q = 0; q < G; ++q) ov[q] = static_cast<int>(extract<S>(w, q));
+}
+
 // N elements of S bytes each (their bits in v) stored at p in pieces of at most 16 bytes (p aligned to them).
 template <int S, int N, bool STREAM>
 __device__ __forceinline__ void store_bits(void* __restrict__ p, const unsigned (&v)[N]) {

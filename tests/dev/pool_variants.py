@@ -41,6 +41,20 @@ def _window_rh(rh: int):
     return {"window_tiling": f}
 
 
+def _window_vo(vo: int):
+    """vo outputs along W per window-design thread (seg and chunks follow), where the tiling is not walking."""
+    orig = pool.window_tiling
+
+    def f(g, isz, *rest):
+        t = orig(g, isz, *rest)
+        if t is None or t["walk"]:
+            return t
+        ekw = (g.kernel[2] - 1) * g.dilation[2] + 1
+        seg = pool.ceil_div(t["al"] - g.padding[2] + (vo - 1) * g.stride[2] + ekw, t["vec"]) * t["vec"]
+        return {**t, "vo": vo, "seg": seg, "chunks": pool.ceil_div(g.out[2], vo), "packed": t["packed"] and vo % 2 == 0}
+    return {"window_tiling": f}
+
+
 def _unpacked():
     orig = pool.window_tiling
 
@@ -84,6 +98,7 @@ VARIANTS = {
     "fwd_out8": {"OUT_MAX": 8},
     "fwd_out32": {"OUT_MAX": 32, "SEG_MAX": 80},
     "fwd_loads64": {"LOADS_MAX": 64},
+    "fwd_vo8": _window_vo(8),
     "fwd_rh1": _window_rh(1),
     "fwd_rh4": _window_rh(4),
     "lanes_out16": {"LANES_OUTPUTS": 16},

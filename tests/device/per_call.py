@@ -1,6 +1,7 @@
 """Per-call cost table (GPU): every registered family's CASES at their small test shapes, eager against kgen,
 forward and forward+backward, timed one call per sample (how KernelBench times) and back to back (20 calls per
-sample), eager and kgen sampled in turn so drift hits both.
+sample), eager and kgen sampled in turn so drift hits both; and the forward as KernelBench's harness times it, one
+call per sample with autograd on (the parameters require grad) and no backward.
 Usage: python tests/device/per_call.py [--family NAME] [--csv FILE]. Prints one row per case and the bar check
 (kgen <= eager) per column."""
 
@@ -14,7 +15,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from kgen.bench import first, forward_call, training_step  # noqa: E402
+from kgen.bench import first, forward_call, harness_forward, reset_save_policy, training_step  # noqa: E402
 from tests.families import all_families  # noqa: E402
 from tests.helpers import reference_and_new  # noqa: E402
 
@@ -46,10 +47,12 @@ def time_case(source: str) -> dict:
         x = user["get_inputs"]()[0]
     xg = x.detach().clone().requires_grad_(True)
     fwd = {"eager": forward_call(model, x), "kgen": forward_call(new, x)}
+    reset_save_policy(ns)  # a fresh process's state: no backward run yet
+    harness = interleaved({"eager": harness_forward(model, x), "kgen": harness_forward(new, x)}, True)
     # an index-only output (return_indices, [1]) has no training step
     step = {"eager": training_step(model, xg), "kgen": training_step(new, xg)} if first(model(xg)).requires_grad else None
     cols = [interleaved(fwd, True), step and interleaved(step, True), interleaved(fwd, False),
-            step and interleaved(step, False)]
+            step and interleaved(step, False), harness]
     return {k: tuple(c[k] if c else None for c in cols) for k in ("eager", "kgen")}
 
 
@@ -58,10 +61,10 @@ def main() -> int:
     ap.add_argument("--family", default=None)
     ap.add_argument("--csv", default=None)
     a = ap.parse_args()
-    cols = ("fwd/call", "step/call", "fwd b2b", "step b2b")
+    cols = ("fwd/call", "step/call", "fwd b2b", "step b2b", "fwd(grad)/call")
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}; ms, eager / kgen (ratio eager/kgen)")
     print(f"{'case':<58}" + "".join(f"{c:>24}" for c in cols))
-    worse = [0] * 4
+    worse = [0] * len(cols)
     rows = []
     for fc in all_families():
         if a.family not in (None, fc.name):
@@ -69,7 +72,7 @@ def main() -> int:
         for cid, src in fc.cases:
             t = time_case(src)
             cells = []
-            for i in range(4):
+            for i in range(len(cols)):
                 e, k = t["eager"][i], t["kgen"][i]
                 if e is None:
                     cells.append("no gradient")

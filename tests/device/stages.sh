@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call made of named, time-boxed stages; each stage's log goes to $OUT/<stage>.log and its last line(s)
 # to the summary printed at the end. Usage: bash tests/device/stages.sh STAGE [STAGE ...]
-# Stages: import build build80 gpu gpu80 slow percall sweep bench bench80 benchpool benchpool_nc benchconv profile profilepool f64 variants staged ab ncu sanitize
+# Stages: import build build80 gpu gpu80 slow percall sweep bench bench80 benchpool benchpool_nc benchconv profile profilepool f64 variants staged ab ncu sanitize saveab
 #   import: kgen generate, then a cold and a warm import of a generated module (tests/device/import_timing.py)
 #   build / build80: every GPU-test extension (FAMILY: one family's; BUILD_MATCH: only its cases whose id has one of these words), 16 jobs (Hopper path / KGEN_FORCE_SM80=1, each with its own cache)
 #   gpu / gpu80: the GPU tier on that path (GPU_K: a pytest -k expression; note "pool" also matches the
@@ -18,6 +18,7 @@
 #   staged: tests/dev/pool3d_staged.py, the staged separable 3-d max-pool forward against kgen's (docs/notes/pool_plan.md)
 #   ab: tests/dev/time_generated.py on AB_PROBLEM with AB_MODULES ("LABEL=path/model_new.py ..."), in AB_MODES (default
 #     "off tf32"), with AB_ARGS (e.g. --compile); logs ab${AB_TAG}_<mode>.log
+#   saveab: tests/dev/save_policy_ab.py --tf32 (conv2d_epilogue's save policies at issue 9's sizes)
 #   sanitize: tests/device/sanitize.sh (compute-sanitizer memcheck, racecheck, initcheck; tests/device/sanitize_run.py's selection)
 #   ncu: tests/dev/ncu_step.py $NCU_ARGS (e.g. "conv conv3x3_hardswish_maxpool_mish --tf32")
 # Build first in the same call (or on the same warm machine): the GPU tests then load from the cache. A machine
@@ -73,6 +74,7 @@ for stage in "$@"; do
           run "ab${AB_TAG:-}_$t" ${AB_SECS:-200} python3 tests/dev/time_generated.py $AB_PROBLEM $AB_MODULES ${AB_ARGS:-} \
             $([ "$t" = tf32 ] && echo --tf32); done ;;
     ncu) path sm90; run ncu ${NCU_SECS:-200} python3 tests/dev/ncu_step.py $NCU_ARGS ;;
+    saveab) path sm90; run saveab ${SAVEAB_SECS:-240} python3 tests/dev/save_policy_ab.py --tf32 ;;
     sanitize) path sm90; run sanitize ${SANITIZE_SECS:-400} bash tests/device/sanitize.sh ;;
     staged) path sm90; run staged ${STAGED_SECS:-240} python3 tests/dev/pool3d_staged.py --tdo 2 --tho 2 4 ;;
     variants) path sm90; run variants ${VARIANT_SECS:-400} python3 tests/dev/pool_variants.py ${VARIANT_ONLY:+--only $VARIANT_ONLY} ${VARIANTS:+--variants $VARIANTS} ;;
