@@ -41,7 +41,8 @@ def problems(family: str) -> dict:
     if family == "pool":
         from tests.bench.bench_pool import PROBLEMS, problem_source
     else:
-        from tests.bench.bench_conv2d_epilogue import PROBLEMS, problem_source
+        from tests.bench.bench_conv2d_epilogue import problem_source
+        from tests.dev.save_policy_ab import PROBLEMS
     return {k: problem_source(*v) for k, v in PROBLEMS.items()}
 
 
@@ -87,6 +88,7 @@ def main() -> int:
     ap.add_argument("--child", action="store_true")
     ap.add_argument("--sections", nargs="*", default=SECTIONS)
     ap.add_argument("--stalls", action="store_true", help="also each stall reason's warps per issued instruction")
+    ap.add_argument("--metrics", nargs="*", default=[], help="more ncu metrics, e.g. dram__bytes_read.sum")
     a = ap.parse_args()
     if a.child:
         child(a.family, a.names[0], a.tf32)
@@ -105,8 +107,10 @@ def main() -> int:
                "--print-summary", "none"]
         for s in a.sections:
             cmd += ["--section", s]
-        if a.stalls:
-            cmd += ["--metrics", ",".join(f"smsp__average_warps_issue_stalled_{r}_per_issue_active.ratio" for r in STALLS)]
+        metrics = list(a.metrics) + ([f"smsp__average_warps_issue_stalled_{r}_per_issue_active.ratio" for r in STALLS]
+                                     if a.stalls else [])
+        if metrics:
+            cmd += ["--metrics", ",".join(metrics)]
         cmd += [sys.executable, __file__, a.family, name, "--child"] + (["--tf32"] if a.tf32 else [])
         print(f"==== {a.family} {name} tf32={a.tf32}", flush=True)
         r = subprocess.run(cmd, capture_output=True, text=True)
