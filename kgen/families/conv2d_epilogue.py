@@ -388,31 +388,6 @@ def _halo(cin: int, hin: int, win: int, cin_g: int, hout: int, wout: int, cout_g
                 TILES_H=ceil_div(hout, th), TILES_W=ceil_div(wout, tw), TAP_UNROLL=k[0] * k[1])
 
 
-# The halo forward's epilogue stages the CTA's z = conv + bias in shared memory, [BN][TH * TW + EPI_PAD] (the pad puts
-# the four column pairs of an mma fragment's stores in different banks), then writes y (and z for training) a tile row
-# at a time, consecutive threads on consecutive columns. Stored straight from the fragments, a warp wrote 8-column
-# pieces of four channels; where rows are not a multiple of 8 columns long each piece splits two 32-byte sectors.
-# H200, Conv2d(16->64, 3) -> -0.5 -> hardswish on 64x16x256x256 (254-wide rows), TF32 allowed, Nsight Compute: the
-# training forward (y and z) took 3.03 ms, wrote 116 M L2 sectors for 2.1 GB and read 0.5 GB back from DRAM to merge
-# the partial ones; with padding 1 (256-wide rows) it took 1.06 ms, the inference forward 1.11 against 0.95.
-EPI_PAD = 4
-# With the staged epilogue, TF32 kernels unroll all taps up to this many (3x3), else one row of them, as the folded
-# kernels do: Conv2d(16->co, 5) with all 25 unrolled spilled 28 bytes on sm_80-89.
-EPI_FULL_UNROLL_MAX = 9
-# Only where rows split sectors (WO % 8 != 0): on whole-sector rows the direct stores wrote each sector once, and the
-# staged form's different register allocation spilled 28 bytes in a 5x5 TF32 kernel on sm_80-89.
-
-
-def halo_fwd_smem(halo: dict | None, tile: dict, wo: int) -> int:
-    """The halo forward's shared memory: its operand stages, or its staged epilogue (rows that split sectors) where
-    that is larger."""
-    if halo is None:
-        return 0
-    smem = max(halo["SMEM_BYTES"], tile["BN"] * (halo["TH"] * halo["TW"] + EPI_PAD) * 4 if wo % 8 else 0)
-    assert smem <= HALO_SMEM_MAX, "the staged epilogue is within every GPU's opt-in limit"
-    return smem
-
-
 HALO_WIDE_MIN_CHUNKS = 3  # the halo forward's warps own all BN out channels from this many input-channel chunks on
 
 
@@ -723,8 +698,6 @@ def derive(spec: Spec) -> dict:
                  WG=gemm_tile(cog, cig * s.KH * s.KW))
     phases, phase_table = dgrad_phases(s, cog)
     halo = halo_plan(s, tiles["HF"])
-    if halo and s.WO % 8 and s.KH * s.KW > EPI_FULL_UNROLL_MAX:  # the staged epilogue: one row of taps unrolled
-        halo = {**halo, "TAP_UNROLL": s.KW}
     halo_dx = halo_dx_plan(s, tiles["D"])
     fold = fold_pool_backward(s)
     write_gz = bool(s.program.live()) or fold is not None  # gz in kgen's workspace; else the backward reads gy
@@ -759,8 +732,7 @@ def derive(spec: Spec) -> dict:
         red_outputs=red_outputs, TAB_MAX=TAB_MAX, DIRECT=direct(s),
         tap_tables=[dict(name="X", entries=tap_table(cig, s, max(BK, tiles["WG"]["BN"]))),
                     dict(name="Y", entries=[] if halo_dx else phase_table)],
-        HALO=halo, HALO_DX=halo_dx, HALO_W=halo_w, EPI_PAD=EPI_PAD,
-        HALO_FWD_SMEM=halo_fwd_smem(halo, tiles["HF"], s.WO), EPI_STAGED=bool(halo) and s.WO % 8 != 0,
+        HALO=halo, HALO_DX=halo_dx, HALO_W=halo_w,
         # the halo loaders' 16-byte copies read x (forward) and, where grad_x reads it directly, grad_y aligned
         ALIGN16_X=bool(halo and halo["HV"] == 4), ALIGN16_GY=bool(halo_dx and halo_dx["HV"] == 4 and not write_gz),
         FUSED_POOL=fpool, FUSED_REDUCE=freduce, TRAIN_EXTRA=train_extra,
