@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import linecache
+import threading
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -132,7 +133,19 @@ class _Tracer(fx.Tracer):
         self.record_stack_traces = True
 
 
+# torch.fx's tracer patches torch.nn.Module.__call__ for the whole process while it traces, so a problem traced in one
+# thread broke another thread's shape propagation ("module is not installed as a submodule"): one load at a time.
+_TRACE_LOCK = threading.Lock()
+
+
 def load_problem(path: str | Path) -> Problem:
+    """The problem file at `path`, executed, traced by torch.fx and its shapes propagated on the meta device.
+    Thread-safe (tracing is serialized)."""
+    with _TRACE_LOCK:
+        return _load_problem(path)
+
+
+def _load_problem(path: str | Path) -> Problem:
     path = Path(path).resolve()
     source, ns = exec_problem(path)
     init_args = _call_user(ns["get_init_inputs"], path, "get_init_inputs()")

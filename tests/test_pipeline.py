@@ -126,6 +126,26 @@ def test_meta_inputs_are_never_materialized():
         assert "tensor_meta" not in node.meta or node.meta["tensor_meta"] is not None
 
 
+def test_problems_load_and_generate_from_several_threads():
+    """torch.fx patches nn.Module.__call__ process-wide while tracing: problems loaded from several threads at once
+    (a caller's thread pool) each get their own trace (unserialized, 30 to 32 of these 32 loads failed) and the
+    sources a single thread renders."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from kgen.problem import load_problem
+
+    conv = REPO / "kgen" / "problems" / "conv2d_avgpool_sigmoid_sum.py"
+    with ThreadPoolExecutor(8) as ex:
+        shapes = list(ex.map(lambda p: load_problem(p).input_shapes, [conv] * 32))
+    assert shapes == [[(128, 8, 384, 384)]] * 32
+    paths = [conv, REPO / "kgen" / "problems" / "avg_pool2d.py"] * 4
+    alone = {p: emit.generate(p).files for p in paths[:2]}
+    with ThreadPoolExecutor(4) as ex:
+        together = list(ex.map(lambda p: (p, emit.generate(p).files), paths))
+    for p, files in together:
+        assert files == alone[p], p.name
+
+
 def test_cache_commands(tmp_path, monkeypatch):
     monkeypatch.setenv("KGEN_CACHE_DIR", str(tmp_path))
     (tmp_path / "kgen_avg_pool2d_12345678").mkdir()
