@@ -884,6 +884,24 @@ def test_halo_forward_takes_one_buffer_where_two_do_not_fit():
     assert "if (Gm::STAGES == 1 && ch + 1 < Gm::NCH) load(ch + 1, 0);" in kernel
 
 
+@pytest.mark.parametrize("pad,staged", [(0, True), (1, False)])
+def test_halo_forward_stages_its_training_epilogue_where_rows_split_sectors(pad, staged):
+    """Output rows of 254 floats (not whole 32-byte sectors): the training instance of the forward (z written) stages
+    the CTA's conv outputs in shared memory and writes y and z a tile row at a time; inference, and 256-wide rows,
+    keep the direct stores. The 5x5 staged instance unrolls one row of taps (all 25 spilled on sm_80)."""
+    src = conv_epilogue_problem((2, 16, 256, 256), conv(16, 64, 3, padding=pad), CONV_IN + ["return F.hardswish(x - 0.5)"])
+    d = fam.derive(_spec(src))
+    assert d["HALO"] is not None and d["EPI_STAGED"] is staged and d["EPI_TAP_UNROLL"] == d["HALO"]["TAP_UNROLL"] == 9
+    assert d["HALO_FWD_SMEM"] >= d["HF"]["BN"] * (d["HALO"]["TH"] * d["HALO"]["TW"] + fam.EPI_PAD) * 4 if staged else \
+        d["HALO_FWD_SMEM"] == d["HALO"]["SMEM_BYTES"]
+    kernel = emit.generate(write_problem(src)).files["kernel.cu"]
+    assert ("zs[col * ZLD + row] = v;" in kernel) is staged
+    assert ("conv_forward_halo<false, false, true><<<" in kernel) is staged  # launched only when z is written
+    assert "stored straight from the fragments" in kernel
+    d5 = fam.derive(_spec(CASE["halo_ci16_k5_onestage_relu_bias_c"]))
+    assert d5["EPI_STAGED"] and d5["EPI_TAP_UNROLL"] == 5 and d5["HALO"]["TAP_UNROLL"] == 25
+
+
 def test_halo_forward_warps_own_every_out_channel_from_three_chunks():
     """From HALO_WIDE_MIN_CHUNKS input-channel chunks on, the halo forward's CTA tile gives each warp all BN out
     channels of 32 positions (4 x 1 warps, 128 threads); with fewer chunks, and in the im2col forward and grad_x, the
