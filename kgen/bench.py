@@ -255,10 +255,12 @@ def run(problem: Path, warmup: int = 5, reps: int = 20, with_compile: bool = Tru
 
 
 def script_parser(doc: str) -> argparse.ArgumentParser:
-    """The options every benchmark script under tests/bench/ shares (--quick, --no-compile, --only, --csv)."""
+    """The options every benchmark script under tests/bench/ shares (--quick, --no-compile, --per-call, --only, --csv)."""
     ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="2 warm-up calls and 5 samples per measurement")
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile")
+    ap.add_argument("--per-call", action="store_true",
+                    help="also time one synchronized call per sample (how benchmark harnesses time)")
     ap.add_argument("--only", nargs="*", default=None, help="problem names (default: all)")
     ap.add_argument("--csv", type=Path, default=None, help="append rows to this CSV")
     ap.add_argument("--prebuild", type=int, default=0, metavar="JOBS",

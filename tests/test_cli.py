@@ -1,5 +1,6 @@
 """The command line (--version, -h, cache clear's confirmation, one-line OSErrors), the cache root and the arch
-part of the extension key, and the static rules build.py's text must meet (it is inlined into every model_new.py)."""
+part of the extension key, the static rules build.py's text must meet (it is inlined into every model_new.py), and the
+options the benchmark scripts under tests/bench/ share."""
 
 import re
 import subprocess
@@ -136,3 +137,27 @@ def test_build_runtime_meets_the_static_rules():
 def test_strict_rule_check_catches_what_it_should():
     assert strict_rule_hits("x = 1  # try: pass\ny = '//' ; pass") == []
     assert len(strict_rule_hits("try:\n    f()\nfinally:\n    g()\ns = 'a pass b'\n")) == 3
+
+
+@pytest.mark.parametrize("script", ["bench_conv2d_epilogue", "bench_pool"])
+def test_bench_scripts_pass_their_options_to_every_run(script, monkeypatch, tmp_path):
+    """CPU: each tests/bench script times every chosen problem with the shared options: --per-call (one synchronized
+    call per sample, as harnesses time), --no-compile, --quick's sample counts and the CSV path."""
+    import importlib
+
+    from kgen import bench
+    mod = importlib.import_module(f"tests.bench.{script}")
+    calls = []
+    monkeypatch.setattr(bench, "write_problems", lambda prefix, sources, jobs: [tmp_path / f"{n}.py" for n in sources])
+    monkeypatch.setattr(bench, "run", lambda path, **kw: calls.append((path.stem, kw)))
+    name = next(iter(mod.PROBLEMS))
+    csv = tmp_path / "b.csv"
+    argv = ["--quick", "--per-call", "--no-compile", "--only", name, "--csv", str(csv)]
+    mod.main(argv + (["--mode", "tf32"] if script == "bench_conv2d_epilogue" else []))
+    assert [c[0] for c in calls] == [name]
+    kw = calls[0][1]
+    assert kw["per_call"] is True and kw["with_compile"] is False and kw["csv"] == csv
+    assert (kw["warmup"], kw["reps"]) == bench.samples(True)
+    calls.clear()
+    mod.main(["--only", name] + (["--mode", "off"] if script == "bench_conv2d_epilogue" else []))
+    assert calls[0][1]["per_call"] is False and (calls[0][1]["warmup"], calls[0][1]["reps"]) == bench.samples(False)

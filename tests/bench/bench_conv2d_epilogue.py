@@ -2,7 +2,7 @@
 timed by `kgen.bench` (eager, torch.compile and kgen; forward and forward+backward), with TF32 off and with TF32
 allowed (PyTorch's default for convolutions), appending rows to a CSV.
 
-Usage (GPU): python tests/bench/bench_conv2d_epilogue.py [--quick] [--no-compile] [--mode off|tf32|both]
+Usage (GPU): python tests/bench/bench_conv2d_epilogue.py [--quick] [--no-compile] [--per-call] [--mode off|tf32|both]
              [--only NAME ...] [--csv docs/bench.csv]
 """
 
@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
                                  a.prebuild)
     for path in paths:
         for tf32 in modes:
-            bench.run(path, warmup=warmup, reps=reps, with_compile=not a.no_compile, csv=a.csv, tf32=tf32)
+            bench.run(path, warmup=warmup, reps=reps, with_compile=not a.no_compile, per_call=a.per_call, csv=a.csv, tf32=tf32)
             print(flush=True)
     return 0
 

@@ -2,7 +2,7 @@
 temporary folder and timed by `kgen.bench` (eager, torch.compile and kgen; forward and forward+backward; the memory
 floor from the family's traffic() and the copy bandwidth of the same run), appending rows to a CSV.
 
-Usage (GPU): python tests/bench/bench_pool.py [--quick] [--no-compile] [--only NAME ...] [--csv docs/bench.csv]
+Usage (GPU): python tests/bench/bench_pool.py [--quick] [--no-compile] [--per-call] [--only NAME ...] [--csv docs/bench.csv]
 --quick: fewer timing samples (2 warm-up, 5 samples).
 """
 
@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     warmup, reps = bench.samples(a.quick)
     paths = bench.write_problems("kgen_bench_pool_", {n: problem_source(*PROBLEMS[n]) for n in names}, a.prebuild)
     for path in paths:
-        bench.run(path, warmup=warmup, reps=reps, with_compile=not a.no_compile, csv=a.csv)
+        bench.run(path, warmup=warmup, reps=reps, with_compile=not a.no_compile, per_call=a.per_call, csv=a.csv)
         print(flush=True)
     return 0
 

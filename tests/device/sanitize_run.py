@@ -2,8 +2,9 @@
 running under compute-sanitizer: bash tests/device/sanitize.sh. A form is what decides which kernels run: for the pool
 family its (forward, backward) designs, walk and packing (kgen.families.pool.plan); for conv2d_epilogue which of its
 halo / folded / direct paths a case takes (derive); other families' first three cases. `--list` prints the
-selection without a GPU."""
+selection without a GPU. KGEN_SANITIZE_MATCH=WORD keeps only the problems whose label contains WORD."""
 
+import os
 import sys
 from pathlib import Path
 
@@ -25,7 +26,8 @@ def pool_form(fam, spec) -> tuple:
 
 def conv_form(fam, spec) -> tuple:
     d = fam.derive(spec)
-    return tuple(bool(d[k]) for k in ("HALO", "HALO_DX", "HALO_W", "FUSED_POOL", "FUSED_REDUCE", "DIRECT", "write_gz"))
+    return tuple(bool(d[k]) for k in ("HALO", "HALO_DX", "HALO_W", "FUSED_POOL", "FUSED_REDUCE", "DIRECT", "write_gz",
+                                          "EPI_STAGED"))
 
 
 FORMS = {"pool": pool_form, "conv2d_epilogue": conv_form}
@@ -45,7 +47,8 @@ def selection() -> dict[str, str]:
             if form not in seen:
                 seen.add(form)
                 problems[f"{fc.name}-{cid}"] = src
-    return problems
+    word = os.environ.get("KGEN_SANITIZE_MATCH", "")
+    return {label: src for label, src in problems.items() if word in label}
 
 
 def main() -> None:

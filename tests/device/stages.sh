@@ -9,7 +9,7 @@
 #   percall: tests/device/per_call.py (PERCALL_FAMILY: one family); sweep: SWEEP_N (60) random problems of FAMILY (pool); bench / bench80: the bundled problems
 #     (bench: TF32 off, then the conv one again with TF32 allowed)
 #   benchpool (benchpool_nc: without torch.compile): tests/bench/bench_pool.py --quick (POOL_ONLY: names)
-#   benchconv: tests/bench/bench_conv2d_epilogue.py --quick, TF32 off and allowed (BENCH_MODE: off|tf32|both; BENCH_ONLY: names); both bench
+#   benchconv: tests/bench/bench_conv2d_epilogue.py --quick, TF32 off and allowed (BENCH_MODE: off|tf32|both; BENCH_ONLY: names; BENCH_ARGS, both bench stages: e.g. --per-call); both bench
 #     stages build their problems first, BENCH_JOBS (8) at a time
 #   profile: tests/dev/profile_conv.py per kernel, TF32 off and allowed (PROFILE_ONLY: names, default two)
 #   f64: tests/dev/f64_check.py (F64_ONLY: problem files; default tests/dev/cases/*.py)
@@ -65,8 +65,8 @@ for stage in "$@"; do
     bench) path sm90; for p in $BUNDLED; do run "bench_$(basename $p .py)" 150 python3 -m kgen bench "$p" --per-call --csv "$OUT/bench.csv"; done
            run bench_conv_tf32 150 python3 -m kgen bench kgen/problems/conv2d_avgpool_sigmoid_sum.py --per-call --tf32 --csv "$OUT/bench.csv" ;;
     bench80) path sm80; for p in $BUNDLED; do run "bench80_$(basename $p .py)" 90 python3 -m kgen bench "$p" --no-compile --per-call --csv "$OUT/bench.csv"; done ;;
-    benchpool) path sm90; run benchpool ${BENCHPOOL_SECS:-420} python3 tests/bench/bench_pool.py --quick --prebuild ${BENCH_JOBS:-8} --csv "$OUT/bench.csv" ${POOL_ONLY:+--only $POOL_ONLY} ;;
-    benchconv) path sm90; run benchconv ${BENCH_SECS:-420} python3 tests/bench/bench_conv2d_epilogue.py --quick --prebuild ${BENCH_JOBS:-8} --csv "$OUT/bench.csv" --mode ${BENCH_MODE:-both} ${BENCH_ONLY:+--only $BENCH_ONLY} ;;
+    benchpool) path sm90; run benchpool ${BENCHPOOL_SECS:-420} python3 tests/bench/bench_pool.py --quick --prebuild ${BENCH_JOBS:-8} --csv "$OUT/bench.csv" ${BENCH_ARGS:-} ${POOL_ONLY:+--only $POOL_ONLY} ;;
+    benchconv) path sm90; run benchconv ${BENCH_SECS:-420} python3 tests/bench/bench_conv2d_epilogue.py --quick --prebuild ${BENCH_JOBS:-8} --csv "$OUT/bench.csv" --mode ${BENCH_MODE:-both} ${BENCH_ARGS:-} ${BENCH_ONLY:+--only $BENCH_ONLY} ;;
     benchpool_nc) path sm90; run benchpool 240 python3 tests/bench/bench_pool.py --quick --no-compile --prebuild ${BENCH_JOBS:-8} --csv "$OUT/bench.csv" ${POOL_ONLY:+--only $POOL_ONLY} ;;
     f64) path sm90; run f64 ${F64_SECS:-200} python3 tests/dev/f64_check.py ${F64_ONLY:-tests/dev/cases/*.py} ;;
     profilepool) path sm90; run profilepool 200 python3 tests/dev/profile_pool.py ${PROFILE_ONLY:-maxpool2d_k3s2p1_fp16 maxpool2d_k3s2p1 maxpool3d_k3s2p1} ;;
