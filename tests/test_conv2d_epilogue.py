@@ -1224,3 +1224,48 @@ def test_unknown_initialization_warns_and_keeps_the_state_dict_layout():
     want = user["Model"](*user["get_init_inputs"]()).state_dict()
     got = ns["ModelNew"](*user["get_init_inputs"]()).state_dict()
     assert {k: v.shape for k, v in got.items()} == {k: v.shape for k, v in want.items()}
+
+
+# KernelBench-style level-2 conv blocks at benchmark sizes (the benchmark's own problem files are not in this repo):
+# (id, input shape, conv kwargs, forward lines, __init__ lines, extra constructor args)
+_BENCH_STYLE = [
+    ("scaling_min_c", (64, 64, 64, 64), conv(64, 128, 3),
+     CONV_IN + ["x = x * self.scale_factor", "return torch.min(x, dim=1, keepdim=True)[0]"],
+     ["self.scale_factor = scale_factor"], {"scale_factor": 2.0}),
+    ("sub_tanh_sub_avgpool", (128, 64, 128, 128), conv(64, 128, 3),
+     CONV_IN + ["x = torch.tanh(x - 0.5)", "return self.avgpool(x - 0.2)"], ["self.avgpool = nn.AvgPool2d(2)"], {}),
+    ("mul_param_leaky_gelu", (64, 64, 256, 256), conv(64, 64, 3),
+     CONV_IN + ["x = self.leaky_relu(x * self.multiplier)", "return F.gelu(x)"],
+     ["self.multiplier = nn.Parameter(torch.randn(out_channels, 1, 1))", "self.leaky_relu = nn.LeakyReLU()"], {}),
+    ("tanh_scale_bias_maxpool4", (128, 8, 256, 256), conv(8, 64, 3),
+     CONV_IN + ["x = torch.tanh(x) * 2.0 + self.bias", "return self.max_pool(x)"],
+     ["self.bias = nn.Parameter(torch.randn(out_channels, 1, 1))", "self.max_pool = nn.MaxPool2d(4)"], {}),
+    ("min_const_bias_scale", (128, 64, 128, 128), conv(64, 128, 3),
+     CONV_IN + ["x = torch.min(x, torch.tensor(0.5))", "return (x + self.bias) * 2.0"],
+     ["self.bias = nn.Parameter(torch.randn(out_channels, 1, 1))"], {}),
+    ("gelu_global_avg", (128, 8, 256, 256), conv(8, 64, 3),
+     CONV_IN + ["x = F.adaptive_avg_pool2d(F.gelu(x), 1)", "return x.squeeze(-1).squeeze(-1)"], [], {}),
+    ("sub_hardswish_maxpool_mish", (128, 64, 128, 128), conv(64, 128, 3),
+     CONV_IN + ["x = F.hardswish(x - 0.5)", "return F.mish(self.pool(x))"], ["self.pool = nn.MaxPool2d(2)"], {}),
+    ("padded_relu_bias", (64, 32, 192, 192), conv(32, 64, 3, padding=1),
+     CONV_IN + ["return torch.relu(x) + self.bias"], ["self.bias = nn.Parameter(torch.randn(out_channels, 1, 1))"], {}),
+]
+
+
+@pytest.mark.parametrize("cid,shape,cv,forward,init,args", _BENCH_STYLE, ids=[c[0] for c in _BENCH_STYLE])
+def test_benchmark_style_blocks_take_the_fused_paths(cid, shape, cv, forward, init, args):
+    """CPU: conv blocks as public benchmarks write them, at their sizes, take this family's fast paths: the halo
+    forward (input channels a multiple of 8), its halo grad_x / grad_w, a first pooling stage folded into the conv
+    kernel, a global average folded for inference, and the staged training epilogue exactly where output rows are not
+    whole 32-byte sectors; and the generated module passes the static rules. A plan change that sends one of them to a
+    slower path fails here."""
+    from tests.test_static_rules import computes_in_float32, violations  # it imports this module (tests/families.py)
+    src = conv_epilogue_problem(shape, cv, forward, init, args)
+    d = fam.derive(_spec(src))
+    wo = shape[3] + 2 * cv.get("padding", 0) - cv["kernel_size"] + 1
+    assert d["HALO"] is not None and d["HALO_DX"] is not None and d["HALO_W"] is not None
+    assert (d["FUSED_POOL"] is not None) is ("pool" in " ".join(init).lower())
+    assert (d["FUSED_REDUCE"] is not None) is ("adaptive_avg_pool2d" in " ".join(forward))
+    assert d["EPI_STAGED"] is (wo % 8 != 0)
+    path = write_problem(src)
+    assert not violations(emit.generate(path).files["model_new.py"], computes_in_float32(path))
