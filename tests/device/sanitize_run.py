@@ -26,8 +26,8 @@ def pool_form(fam, spec) -> tuple:
 
 def conv_form(fam, spec) -> tuple:
     d = fam.derive(spec)
-    return tuple(bool(d[k]) for k in ("HALO", "HALO_DX", "HALO_W", "FUSED_POOL", "FUSED_REDUCE", "DIRECT", "write_gz",
-                                          "EPI_STAGED"))
+    keys = ("HALO", "HALO_DX", "HALO_W", "FUSED_POOL", "FUSED_REDUCE", "DIRECT", "write_gz", "EPI_STAGED")
+    return tuple(bool(d[k]) for k in keys)
 
 
 FORMS = {"pool": pool_form, "conv2d_epilogue": conv_form}
