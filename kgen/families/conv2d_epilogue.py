@@ -404,12 +404,12 @@ EPI_FULL_UNROLL_MAX = 9
 # whole-sector rows the direct stores write each sector once.
 
 
-def halo_fwd_smem(halo: dict | None, tile: dict, wo: int) -> int:
-    """The halo forward's shared memory: its operand stages, or its staged epilogue (rows that split sectors) where
-    that is larger."""
+def halo_fwd_smem(halo: dict | None, tile: dict, staged: bool) -> int:
+    """The halo forward's shared memory: its operand stages, or its staged epilogue (EPI_STAGED) where that is
+    larger."""
     if halo is None:
         return 0
-    smem = max(halo["SMEM_BYTES"], tile["BN"] * (halo["TH"] * halo["TW"] + EPI_PAD) * 4 if wo % 8 else 0)
+    smem = max(halo["SMEM_BYTES"], tile["BN"] * (halo["TH"] * halo["TW"] + EPI_PAD) * 4 if staged else 0)
     assert smem <= HALO_SMEM_MAX, "the staged epilogue is within every GPU's opt-in limit"
     return smem
 
@@ -741,6 +741,7 @@ def derive(spec: Spec) -> dict:
         stages.append(ctx)
         first += len(st.params)
     freduce = fused_reduce(s, halo, tiles["HF"])
+    epi_staged = bool(halo) and s.WO % 8 != 0  # rows that split 32-byte sectors (EPI_PAD's comment)
     # Does the training forward do more than inference's: write z, a stage's pre-program value or winners, or give up
     # the folded reduction? Then the binding's save policy may leave that work to the backward (recompute).
     train_extra = needs_z or freduce is not None or any(
@@ -759,7 +760,7 @@ def derive(spec: Spec) -> dict:
         tap_tables=[dict(name="X", entries=tap_table(cig, s, max(BK, tiles["WG"]["BN"]))),
                     dict(name="Y", entries=[] if halo_dx else phase_table)],
         HALO=halo, HALO_DX=halo_dx, HALO_W=halo_w, EPI_PAD=EPI_PAD,
-        HALO_FWD_SMEM=halo_fwd_smem(halo, tiles["HF"], s.WO), EPI_STAGED=bool(halo) and s.WO % 8 != 0,
+        HALO_FWD_SMEM=halo_fwd_smem(halo, tiles["HF"], epi_staged), EPI_STAGED=epi_staged,
         EPI_TAP_UNROLL=s.KW if s.KH * s.KW > EPI_FULL_UNROLL_MAX else s.KH * s.KW,
         # the halo loaders' 16-byte copies read x (forward) and, where grad_x reads it directly, grad_y aligned
         ALIGN16_X=bool(halo and halo["HV"] == 4), ALIGN16_GY=bool(halo_dx and halo_dx["HV"] == 4 and not write_gz),

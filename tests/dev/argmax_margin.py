@@ -16,6 +16,7 @@ and 2 pass.
 from __future__ import annotations
 
 import argparse
+import copy
 import sys
 import traceback
 from pathlib import Path
@@ -68,7 +69,7 @@ def main() -> int:
         torch.manual_seed(seed + 1)  # as compare() draws x
         x = torch.randn(meta.shape, device="cuda")
         with torch.no_grad():
-            f64 = max_inputs(__import__("copy").deepcopy(model).double(), x.double())
+            f64 = max_inputs(copy.deepcopy(model).double(), x.double())
             f32 = max_inputs(model, x)
         for i, (d, s) in enumerate(zip(f64, f32)):
             g64, g32 = top2_gap(d), top2_gap(s.double())
