@@ -854,20 +854,29 @@ def test_grad_w_copies_gz_in_vectors_where_aligned():
             assert (f"conv_grad_w_halo<false, {v}><<<" in launch) == (v in vecs), (cid, v)
 
 
-def test_halo_copies_16_bytes_where_rows_are_aligned():
-    """The halo loaders copy 16 bytes at a time where every input row starts 16-byte aligned (W % 4 == 0), staging
-    each row from LOFF columns left of the tile's first (the padding's residue), and the binding then hands them an
-    aligned input: x for the forward, grad_y where grad_x reads it directly."""
-    d = fam.derive(_spec(CASE["halo_ci16_w32_pad1_relu_bias_c"]))
-    for h in (d["HALO"], d["HALO_DX"]):
-        assert (h["HV"], h["LOFF"]) == (4, 3) and h["HROW"] % 4 == 0 and h["HROW"] >= h["LOFF"] + h["HW"]
+@pytest.mark.parametrize("cid,hv_fwd,hv_dx", [
+    ("halo_ci16_w32_pad1_relu_bias_c", 4, 4),     # 32-wide x and gz rows, padding 1 (LOFF 3)
+    ("halo_lone_ci8_wo16", 2, 4),                 # 18-wide x rows (8-byte aligned), 16-wide grad_y rows
+    ("halo_ci16_amax_hw_keepdim_scale_c", 2, 2),  # even rows that are not 16-byte multiples, both ways
+    ("halo_ci16_pad1_relu", 1, 1),                # 37-wide x rows, 37-wide gz rows: 4-byte copies
+])
+def test_halo_copies_as_wide_as_the_rows_allow(cid, hv_fwd, hv_dx):
+    """The halo loaders copy HV floats at a time: 16 bytes where every input row starts 16-byte aligned (W % 4 == 0), 8
+    where it starts 8-byte aligned (W % 2 == 0: grad_x of an unpadded odd kernel on an even-width image), else 4; rows
+    are staged from LOFF columns left of the tile's first (the padding's residue mod HV). The binding then hands
+    copies wider than 4 bytes an aligned input: x for the forward, grad_y where grad_x reads it directly (gz is kgen's
+    16-byte aligned workspace), and each launcher checks it."""
+    d = fam.derive(_spec(CASE[cid]))
+    for h, hv in ((d["HALO"], hv_fwd), (d["HALO_DX"], hv_dx)):
+        assert h["HV"] == hv and h["LOFF"] == (-h["PW"]) % hv
+        assert h["WIN"] % hv == 0 and h["HROW"] % hv == 0 and h["HROW"] >= h["LOFF"] + h["HW"]
         assert h["HCS"] % 32 == 8 and h["HCS"] >= h["HH"] * h["HROW"]
-    assert d["ALIGN16_X"] and not d["ALIGN16_GY"]  # gz is kgen's workspace here
-    lone = fam.derive(_spec(CASE["halo_lone_ci8_wo16"]))
-    assert lone["HALO"]["HV"] == 1 and lone["HALO_DX"]["HV"] == 4 and lone["ALIGN16_GY"] and not lone["ALIGN16_X"]
-    files = emit.generate(write_problem(CASE["halo_ci16_w32_pad1_relu_bias_c"])).files
-    assert "aligned16(kgen_glue::check_input(x_in" in files["binding.cpp"]
+    assert d["ALIGN16_X"] is (hv_fwd > 1)
+    assert d["ALIGN16_GY"] is (hv_dx > 1 and not d["write_gz"])
+    files = emit.generate(write_problem(CASE[cid])).files
+    assert ("aligned16(kgen_glue::check_input(x_in" in files["binding.cpp"]) is (hv_fwd > 1)
     assert "halo_input_aligned<HaloF>(x)" in files["kernel.cu"] and "halo_input_aligned<HaloD>(gzsrc)" in files["kernel.cu"]
+    assert f"static constexpr int HV = {hv_fwd}," in files["kernel.cu"] and f"static constexpr int HV = {hv_dx}," in files["kernel.cu"]
 
 
 def test_halo_forward_takes_one_buffer_where_two_do_not_fit():
