@@ -211,9 +211,10 @@ def _silu_vjp(v: SimpleNamespace) -> torch.Tensor:
 
 
 def _mish_vjp(v: SimpleNamespace) -> torch.Tensor:
-    s = 1 / (1 + torch.exp(-v.x))
-    t = torch.tanh(torch.log1p(torch.exp(v.x)))
-    return v.g * (t + v.x * s * (1 - t * t))
+    e = torch.exp(torch.clamp(v.x, max=20.0))
+    n = e * (e + 2)
+    d = n + 2
+    return _w(v.x > 20, v.g + v.x * 0, v.g * (n / d + v.x * (e / (1 + e)) * (4 * (n + 1) / (d * d))))
 
 
 def _softplus_vjp(v: SimpleNamespace) -> torch.Tensor:

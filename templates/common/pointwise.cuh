@@ -72,12 +72,20 @@ KGEN_PW_FN float silu_vjp(float g, float x) {
   return g * s * (1.0f + x * (1.0f - s));
 }
 
-// mish(x) = x tanh(log1p(exp(x))) (no softplus threshold, as PyTorch); derivative t + x s (1 - t^2).
-KGEN_PW_FN float mish(float x) { return x * tanhf(log1pf(expf(x))); }
+// mish(x) = x tanh(log1p(exp(x))) (no softplus threshold, as PyTorch), with one exp instead of exp, log1p and tanh:
+// for e = exp(x) and n = e (e + 2), tanh(log1p(e)) = ((1 + e)^2 - 1) / ((1 + e)^2 + 1) = n / (n + 2). Above 20 that
+// ratio is 1 in float32 (and n would overflow past 44), so mish is x. Derivative t + x s (1 - t^2), with s = e / (1 + e)
+// and 1 - t^2 = 4 (n + 1) / (n + 2)^2 (no cancellation as t nears 1). H200, the MaxPool2d -> mish forward: log1pf and
+// tanhf were about a third of its epilogue's instructions.
+KGEN_PW_FN float mish(float x) {
+  if (x > 20.0f) return x;
+  const float e = expf(x), n = e * (e + 2.0f);
+  return x * (n / (n + 2.0f));
+}
 KGEN_PW_FN float mish_vjp(float g, float x) {
-  const float s = 1.0f / (1.0f + expf(-x));
-  const float t = tanhf(log1pf(expf(x)));
-  return g * (t + x * s * (1.0f - t * t));
+  if (x > 20.0f) return g + x * 0.0f;  // NaN at x = inf, as PyTorch's inf * (1 - t^2)
+  const float e = expf(x), n = e * (e + 2.0f), d = n + 2.0f;
+  return g * (n / d + x * (e / (1.0f + e)) * (4.0f * (n + 1.0f) / (d * d)));
 }
 
 // softplus(x) = log1p(exp(beta x)) / beta, or x itself where beta x > threshold (the gradient switches with it).
