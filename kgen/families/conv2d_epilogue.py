@@ -372,7 +372,7 @@ def _halo(cin: int, hin: int, win: int, cin_g: int, hout: int, wout: int, cout_g
     # kernels: a 5x5 kernel's weights for 64 out channels take 57 KB a chunk) load each chunk after the previous one's
     # mmas into one buffer; the SM's other CTAs cover the load. H200, TF32 allowed, Conv2d(16->64, 5, p2) on
     # 64x16x192x192: the im2col GEMM it replaces took 2.87 ms, eager 2.27
-    stage = (HALO_CC * hcs + k[0] * k[1] * HALO_CC * tile["LDB"]) * 4
+    stage = (HALO_CC * hcs + k[0] * k[1] * HALO_CC * tile["BN"]) * 4  # weights in fragment order, unpadded
     stages = 1 if cin_g == HALO_CC or 2 * stage > HALO_SMEM_MAX else 2
     smem = stages * stage
     if smem > HALO_SMEM_MAX:
