@@ -1235,9 +1235,10 @@ def test_unknown_initialization_warns_and_keeps_the_state_dict_layout():
     assert {k: v.shape for k, v in got.items()} == {k: v.shape for k, v in want.items()}
 
 
-# KernelBench-style level-2 conv blocks at benchmark sizes (the benchmark's own problem files are not in this repo):
+# KernelBench-style level-2 conv blocks at benchmark sizes (the benchmark's own problem files are not in this repo;
+# tests/bench/bench_conv2d_epilogue.py --blocks times them):
 # (id, input shape, conv kwargs, forward lines, __init__ lines, extra constructor args)
-_BENCH_STYLE = [
+BENCH_STYLE_BLOCKS = [
     ("scaling_min_c", (64, 64, 64, 64), conv(64, 128, 3),
      CONV_IN + ["x = x * self.scale_factor", "return torch.min(x, dim=1, keepdim=True)[0]"],
      ["self.scale_factor = scale_factor"], {"scale_factor": 2.0}),
@@ -1261,7 +1262,7 @@ _BENCH_STYLE = [
 ]
 
 
-@pytest.mark.parametrize("cid,shape,cv,forward,init,args", _BENCH_STYLE, ids=[c[0] for c in _BENCH_STYLE])
+@pytest.mark.parametrize("cid,shape,cv,forward,init,args", BENCH_STYLE_BLOCKS, ids=[c[0] for c in BENCH_STYLE_BLOCKS])
 def test_benchmark_style_blocks_take_the_fused_paths(cid, shape, cv, forward, init, args):
     """CPU: conv blocks as public benchmarks write them, at their sizes, take this family's fast paths: the halo
     forward (input channels a multiple of 8), its halo grad_x / grad_w, a first pooling stage folded into the conv

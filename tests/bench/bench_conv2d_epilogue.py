@@ -2,7 +2,7 @@
 timed by `kgen.bench` (eager, torch.compile and kgen; forward and forward+backward), with TF32 off and with TF32
 allowed (PyTorch's default for convolutions), appending rows to a CSV.
 
-Usage (GPU): python tests/bench/bench_conv2d_epilogue.py [--quick] [--no-compile] [--per-call] [--mode off|tf32|both]
+Usage (GPU): python tests/bench/bench_conv2d_epilogue.py [--quick] [--no-compile] [--per-call] [--mode off|tf32|both] [--blocks]
              [--only NAME ...] [--csv docs/bench.csv]
 """
 
@@ -60,11 +60,21 @@ def get_init_inputs():
 def main(argv: list[str] | None = None) -> int:
     ap = bench.script_parser(__doc__)
     ap.add_argument("--mode", choices=("off", "tf32", "both"), default="both", help="TF32 off, allowed, or both")
+    ap.add_argument("--blocks", action="store_true",
+                    help="time the KernelBench-style level-2 blocks (tests/test_conv2d_epilogue.py's BENCH_STYLE_BLOCKS) "
+                         "instead of the issue's examples")
     a = ap.parse_args(argv)
     warmup, reps = bench.samples(a.quick)
     modes = {"off": [False], "tf32": [True], "both": [False, True]}[a.mode]
-    paths = bench.write_problems("kgen_bench_conv_", {n: problem_source(*PROBLEMS[n]) for n in a.only or PROBLEMS},
-                                 a.prebuild)
+    if a.blocks:
+        from tests.test_conv2d_epilogue import BENCH_STYLE_BLOCKS, conv_epilogue_problem
+        sources = {b[0]: conv_epilogue_problem(*b[1:]) for b in BENCH_STYLE_BLOCKS}
+    else:
+        sources = {n: problem_source(*PROBLEMS[n]) for n in PROBLEMS}
+    unknown = sorted(set(a.only or ()) - set(sources))
+    if unknown:
+        ap.error(f"unknown problem(s) {unknown}; choose from {sorted(sources)}")
+    paths = bench.write_problems("kgen_bench_conv_", {n: sources[n] for n in a.only or sources}, a.prebuild)
     for path in paths:
         for tf32 in modes:
             bench.run(path, warmup=warmup, reps=reps, with_compile=not a.no_compile, per_call=a.per_call, csv=a.csv, tf32=tf32)
