@@ -57,6 +57,15 @@ def get_init_inputs():
 '''
 
 
+def problem_sources(blocks: bool = False) -> dict[str, str]:
+    """name -> problem file text: issue 9's examples (PROBLEMS), or (blocks) the KernelBench-style level-2 blocks of
+    tests/test_conv2d_epilogue.py (BENCH_STYLE_BLOCKS)."""
+    if blocks:
+        from tests.test_conv2d_epilogue import BENCH_STYLE_BLOCKS, conv_epilogue_problem
+        return {b[0]: conv_epilogue_problem(*b[1:]) for b in BENCH_STYLE_BLOCKS}
+    return {n: problem_source(*PROBLEMS[n]) for n in PROBLEMS}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = bench.script_parser(__doc__)
     ap.add_argument("--mode", choices=("off", "tf32", "both"), default="both", help="TF32 off, allowed, or both")
@@ -66,11 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     warmup, reps = bench.samples(a.quick)
     modes = {"off": [False], "tf32": [True], "both": [False, True]}[a.mode]
-    if a.blocks:
-        from tests.test_conv2d_epilogue import BENCH_STYLE_BLOCKS, conv_epilogue_problem
-        sources = {b[0]: conv_epilogue_problem(*b[1:]) for b in BENCH_STYLE_BLOCKS}
-    else:
-        sources = {n: problem_source(*PROBLEMS[n]) for n in PROBLEMS}
+    sources = problem_sources(a.blocks)
     unknown = sorted(set(a.only or ()) - set(sources))
     if unknown:
         ap.error(f"unknown problem(s) {unknown}; choose from {sorted(sources)}")

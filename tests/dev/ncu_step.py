@@ -2,9 +2,10 @@
 Nsight Compute (device only; a development harness). Without --child it builds the generated module, then runs
 itself under `ncu` with the profiler range around one forward and one step, printing ncu's per-kernel sections.
 
-Usage (GPU): python tests/dev/ncu_step.py pool|conv|bundled NAME [NAME ...] [--tf32] [--sections S ...]
+Usage (GPU): python tests/dev/ncu_step.py pool|conv|bundled|blocks NAME [NAME ...] [--tf32] [--sections S ...]
 Names are tests/bench/bench_pool.py's or tests/bench/bench_conv2d_epilogue.py's PROBLEMS, or (bundled) the stems of
-kgen/problems/*.py, e.g. conv2d_avgpool_sigmoid_sum.
+kgen/problems/*.py, e.g. conv2d_avgpool_sigmoid_sum, or (blocks) the KernelBench-style conv blocks of
+`bench_conv2d_epilogue.py --blocks`, e.g. scaling_min_c.
 """
 
 from __future__ import annotations
@@ -38,6 +39,9 @@ STALLS = ["barrier", "long_scoreboard", "short_scoreboard", "mio_throttle", "lg_
 def problems(family: str) -> dict:
     if family == "bundled":
         return {p.stem: p.read_text() for p in (Path(__file__).resolve().parents[2] / "kgen" / "problems").glob("*.py")}
+    if family == "blocks":
+        from tests.bench.bench_conv2d_epilogue import problem_sources
+        return problem_sources(blocks=True)
     if family == "pool":
         from tests.bench.bench_pool import PROBLEMS, problem_source
     else:
@@ -82,7 +86,7 @@ def summary(report: str) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("family", choices=["pool", "conv", "bundled"])
+    ap.add_argument("family", choices=["pool", "conv", "bundled", "blocks"])
     ap.add_argument("names", nargs="+")
     ap.add_argument("--tf32", action="store_true")
     ap.add_argument("--child", action="store_true")

@@ -1,5 +1,6 @@
 """Per-kernel GPU times of kgen's forward and training step for bench_conv2d_epilogue problems (torch.profiler),
-to see where a problem's time goes. Usage (GPU): python tests/dev/profile_conv.py [--tf32] NAME [NAME ...]"""
+to see where a problem's time goes. Usage (GPU): python tests/dev/profile_conv.py [--tf32] [--blocks] NAME [NAME ...]
+(--blocks: names of the KernelBench-style blocks, `bench_conv2d_epilogue.py --blocks`)"""
 
 import argparse
 import sys
@@ -10,7 +11,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import torch  # noqa: E402
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
-from tests.bench.bench_conv2d_epilogue import PROBLEMS, problem_source  # noqa: E402
+from tests.bench.bench_conv2d_epilogue import problem_sources  # noqa: E402
 from tests.helpers import generate_module  # noqa: E402
 
 
@@ -31,10 +32,12 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("names", nargs="+")
     ap.add_argument("--tf32", action="store_true")
+    ap.add_argument("--blocks", action="store_true", help="NAMEs are KernelBench-style blocks")
     a = ap.parse_args()
+    sources = problem_sources(a.blocks)
     torch.backends.cudnn.allow_tf32 = a.tf32
     for name in a.names:
-        source = problem_source(*PROBLEMS[name])
+        source = sources[name]
         ns = generate_module(source, name)
         user: dict = {}
         exec(source, user)

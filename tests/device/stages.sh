@@ -11,7 +11,7 @@
 #   benchpool (benchpool_nc: without torch.compile): tests/bench/bench_pool.py --quick (POOL_ONLY: names)
 #   benchconv: tests/bench/bench_conv2d_epilogue.py --quick, TF32 off and allowed (BENCH_MODE: off|tf32|both; BENCH_ONLY: names; BENCH_ARGS, both bench stages: e.g. --per-call); both bench
 #     stages build their problems first, BENCH_JOBS (8) at a time
-#   profile: tests/dev/profile_conv.py per kernel, TF32 off and allowed (PROFILE_ONLY: names, default two)
+#   profile: tests/dev/profile_conv.py per kernel, TF32 off and allowed (PROFILE_ONLY: names, default two; PROFILE_ARGS: e.g. --blocks)
 #   f64: tests/dev/f64_check.py (F64_ONLY: problem files; default tests/dev/cases/*.py)
 #   variants: tests/dev/pool_variants.py (VARIANT_ONLY: problem names, VARIANTS: variant labels)
 #   profilepool: tests/dev/profile_pool.py per kernel (PROFILE_ONLY: bench_pool names, default three max pools)
@@ -78,7 +78,7 @@ for stage in "$@"; do
     sanitize) path sm90; run sanitize ${SANITIZE_SECS:-400} bash tests/device/sanitize.sh ;;
     staged) path sm90; run staged ${STAGED_SECS:-240} python3 tests/dev/pool3d_staged.py --tdo 2 --tho 2 4 ;;
     variants) path sm90; run variants ${VARIANT_SECS:-400} python3 tests/dev/pool_variants.py ${VARIANT_ONLY:+--only $VARIANT_ONLY} ${VARIANTS:+--variants $VARIANTS} ;;
-    profile) path sm90; for t in "" --tf32; do run "profile$t" 240 python3 tests/dev/profile_conv.py $t ${PROFILE_ONLY:-conv3x3_relu_bias conv3x3_hardswish_maxpool_mish}; done ;;
+    profile) path sm90; for t in "" --tf32; do run "profile$t" 240 python3 tests/dev/profile_conv.py $t ${PROFILE_ARGS:-} ${PROFILE_ONLY:-conv3x3_relu_bias conv3x3_hardswish_maxpool_mish}; done ;;
     *) echo "unknown stage $stage" | tee -a "$SUMMARY" ;;
   esac
 done
