@@ -335,6 +335,7 @@ def gemm_tile(rows: int, cols: int, max_rows: int = 128, max_warps_n: int = 2) -
 HALO_SMEM_MAX = 96 * 1024  # the halo forward's shared memory (two stages): within every sm_80+ GPU's opt-in limit
 HALO_CC = 8  # input channels per halo chunk
 NOFLUSH_K_MAX = 2304  # the halo forward / grad_x with TF32 allowed: longest reduction accumulated without a flush
+DX_FULL_UNROLL_MAX = 9  # grad_x from halo tiles with TF32 allowed: all taps unrolled up to this many (3x3), else a row
 
 
 def _halo_window(positions: int, wout: int, k: tuple[int, int], stride: tuple[int, int], dil: tuple[int, int],
@@ -384,11 +385,14 @@ def _halo(cin: int, hin: int, win: int, cin_g: int, hout: int, wout: int, cout_g
     # ms, hardswish 1.156 -> 1.127)
     # TAP_UNROLL: taps unrolled with TF32 allowed (single-pass mma), all of them: each tap's shared-memory offsets
     # become immediates (PTX of the relu + bias forward: 58 instructions per tap for 8 mma.sync -> 4.97 per mma.sync);
-    # the 3xTF32 path keeps its taps rolled (registers)
+    # the 3xTF32 path keeps its taps rolled (registers). grad_x (flip) unrolls all taps up to DX_FULL_UNROLL_MAX, else
+    # one row of them: with weights in fragment order, its 2 x 4-warp TF32 kernel (128 registers) spilled 4 bytes on
+    # sm_90 with all 25 taps of a 5x5 kernel unrolled (halo_ci32_k5_wide_onestage_silu_mean_hw)
+    unroll = k[1] if flip and k[0] * k[1] > DX_FULL_UNROLL_MAX else k[0] * k[1]
     return dict(CIN=cin, HIN=hin, WIN=win, CING=cin_g, HOUT=hout, WOUT=wout, COUTG=cout_g, SH=stride[0], SW=stride[1],
                 PH=pad[0], PW=pad[1], FLIP=flip, TH=th, TW=tw, HH=hh, HW=hw, HV=hv, LOFF=loff, HROW=hrow, HCS=hcs, CC=HALO_CC,
                 STAGES=stages, SMEM_BYTES=smem, FLUSH_TF32=cin_g * k[0] * k[1] > NOFLUSH_K_MAX,
-                TILES_H=ceil_div(hout, th), TILES_W=ceil_div(wout, tw), TAP_UNROLL=k[0] * k[1])
+                TILES_H=ceil_div(hout, th), TILES_W=ceil_div(wout, tw), TAP_UNROLL=unroll)
 
 
 # The halo forward's epilogue stages the CTA's z = conv + bias in shared memory, [BN][TH * TW + EPI_PAD] (the pad puts
