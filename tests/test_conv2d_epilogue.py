@@ -914,10 +914,11 @@ def test_halo_forward_stages_its_training_epilogue_where_rows_split_sectors(pad,
 @pytest.mark.parametrize("cid,dx_unroll", [("halo_ci32_k5_wide_onestage_silu_mean_hw", 5), ("halo_ci24_k3x5_dil21_bias_c", 5),
                                             ("halo_ci16_w32_pad1_relu_bias_c", 9)])
 def test_halo_grad_x_unrolls_all_taps_only_up_to_3x3(cid, dx_unroll):
-    """grad_x from halo tiles with TF32 allowed unrolls every tap up to DX_FULL_UNROLL_MAX (3x3), else one row of taps
+    """grad_x from halo tiles with TF32 allowed unrolls every tap up to FULL_UNROLL_MAX (3x3), else one row of taps
     (all 25 of a 5x5 kernel spilled on sm_90); the forward keeps all of them."""
-    d = fam.derive(_spec(CASE[cid]))
-    assert d["HALO_DX"]["TAP_UNROLL"] == dx_unroll and d["HALO"]["TAP_UNROLL"] == _spec(CASE[cid]).KH * _spec(CASE[cid]).KW
+    spec = _spec(CASE[cid])
+    d = fam.derive(spec)
+    assert d["HALO_DX"]["TAP_UNROLL"] == dx_unroll and d["HALO"]["TAP_UNROLL"] == spec.KH * spec.KW
     assert "conv_grad_x_halo" in emit.generate(write_problem(CASE[cid])).files["kernel.cu"]
 
 

@@ -335,7 +335,16 @@ def gemm_tile(rows: int, cols: int, max_rows: int = 128, max_warps_n: int = 2) -
 HALO_SMEM_MAX = 96 * 1024  # the halo forward's shared memory (two stages): within every sm_80+ GPU's opt-in limit
 HALO_CC = 8  # input channels per halo chunk
 NOFLUSH_K_MAX = 2304  # the halo forward / grad_x with TF32 allowed: longest reduction accumulated without a flush
-DX_FULL_UNROLL_MAX = 9  # grad_x from halo tiles with TF32 allowed: all taps unrolled up to this many (3x3), else a row
+# The TF32 main loops of grad_x from halo tiles and of the halo forward's staged training instance unroll all taps up to
+# this many (3x3), else one row of them, as the folded kernels do: unrolling all 25 of a 5x5 kernel spilled 28 bytes on
+# sm_80-89 in the staged forward (Conv2d(16->co, 5)), and 4 bytes on sm_90 in grad_x with fragment-ordered weights
+# (2 x 4 warps, 128 registers; halo_ci32_k5_wide_onestage_silu_mean_hw).
+FULL_UNROLL_MAX = 9
+
+
+def tap_unroll(kh: int, kw: int) -> int:
+    """Taps a TF32 main loop unrolls where FULL_UNROLL_MAX bounds it: all kh*kw up to it, else one row (kw)."""
+    return kw if kh * kw > FULL_UNROLL_MAX else kh * kw
 
 
 def _halo_window(positions: int, wout: int, k: tuple[int, int], stride: tuple[int, int], dil: tuple[int, int],
@@ -385,10 +394,8 @@ def _halo(cin: int, hin: int, win: int, cin_g: int, hout: int, wout: int, cout_g
     # ms, hardswish 1.156 -> 1.127)
     # TAP_UNROLL: taps unrolled with TF32 allowed (single-pass mma), all of them: each tap's shared-memory offsets
     # become immediates (PTX of the relu + bias forward: 58 instructions per tap for 8 mma.sync -> 4.97 per mma.sync);
-    # the 3xTF32 path keeps its taps rolled (registers). grad_x (flip) unrolls all taps up to DX_FULL_UNROLL_MAX, else
-    # one row of them: with weights in fragment order, its 2 x 4-warp TF32 kernel (128 registers) spilled 4 bytes on
-    # sm_90 with all 25 taps of a 5x5 kernel unrolled (halo_ci32_k5_wide_onestage_silu_mean_hw)
-    unroll = k[1] if flip and k[0] * k[1] > DX_FULL_UNROLL_MAX else k[0] * k[1]
+    # the 3xTF32 path keeps its taps rolled (registers). grad_x (flip): tap_unroll
+    unroll = tap_unroll(*k) if flip else k[0] * k[1]
     return dict(CIN=cin, HIN=hin, WIN=win, CING=cin_g, HOUT=hout, WOUT=wout, COUTG=cout_g, SH=stride[0], SW=stride[1],
                 PH=pad[0], PW=pad[1], FLIP=flip, TH=th, TW=tw, HH=hh, HW=hw, HV=hv, LOFF=loff, HROW=hrow, HCS=hcs, CC=HALO_CC,
                 STAGES=stages, SMEM_BYTES=smem, FLUSH_TF32=cin_g * k[0] * k[1] > NOFLUSH_K_MAX,
@@ -403,9 +410,7 @@ def _halo(cin: int, hin: int, win: int, cin_g: int, hout: int, wout: int, cout_g
 # training forward (y and z) took 3.03 ms, wrote 116 M L2 sectors for 2.1 GB and read 0.5 GB back from DRAM to merge
 # the partial ones; with padding 1 (256-wide rows) it took 1.06 ms, the inference forward 1.11 against 0.95.
 EPI_PAD = 4
-# The staged instance's TF32 main loop unrolls all taps up to this many (3x3), else one row of them, as the folded
-# kernels do: Conv2d(16->co, 5) with all 25 unrolled spilled 28 bytes on sm_80-89.
-EPI_FULL_UNROLL_MAX = 9
+# The staged instance's TF32 main loop unrolls its taps as tap_unroll says.
 # Only for the training instance (z written: the L2's merges from DRAM came with the second output; staging the
 # inference forward made it 8% slower, 1.126 -> 1.216 ms) and only where rows split sectors (WO % 8 != 0): on
 # whole-sector rows the direct stores write each sector once.
@@ -768,7 +773,7 @@ def derive(spec: Spec) -> dict:
                     dict(name="Y", entries=[] if halo_dx else phase_table)],
         HALO=halo, HALO_DX=halo_dx, HALO_W=halo_w, EPI_PAD=EPI_PAD,
         HALO_FWD_SMEM=halo_fwd_smem(halo, tiles["HF"], epi_staged), EPI_STAGED=epi_staged,
-        EPI_TAP_UNROLL=s.KW if s.KH * s.KW > EPI_FULL_UNROLL_MAX else s.KH * s.KW,
+        EPI_TAP_UNROLL=tap_unroll(s.KH, s.KW),
         # the halo loaders' 16-byte copies read x (forward) and, where grad_x reads it directly, grad_y aligned
         ALIGN16_X=bool(halo and halo["HV"] > 1), ALIGN16_GY=bool(halo_dx and halo_dx["HV"] > 1 and not write_gz),
         FUSED_POOL=fpool, FUSED_REDUCE=freduce, TRAIN_EXTRA=train_extra,
