@@ -494,15 +494,18 @@ def halo_w_plan(spec: Spec, gz_is_gy: bool) -> dict | None:
     # gz positions a cp.async copies (4, 2 or 1): WO % GZV == 0 keeps a copy inside one row of the plane or all past
     # its right edge; TW, LDP and the stage size keep it aligned in shared memory
     gzv = next(v for v in (4, 2, 1) if s.WO % v == 0 and tw % v == 0 and ldp % v == 0 and stage % v == 0)
-    # k steps unrolled with TF32 allowed: with one tap group the unrolled steps' fragment addresses are immediates.
-    # H200, relu + bias step (TF32): rolled 5.190 ms, by 2 5.124, by 4 5.071; by 4 spilled 36-40 bytes where gz is
-    # copied one float at a time (stride 2, WO 13), and with several tap groups (5x5 kernels) even 2 spilled
-    unroll = 2 if tg == 1 else 1
+    # k steps unrolled with TF32 allowed: with one tap group the unrolled steps' fragment addresses are immediates
+    # (a warp's positions are consecutive, so each k step adds a constant halo offset). By 4 since the copy loops
+    # became per-thread strided rows (twenty-third session); all 8 steps of a 64-channel tile spilled 4 bytes on sm_90
+    unroll = 4 if tg == 1 else 1
+    # taps a flush group: one group's mmas run on `part`, so acc and part together hold NT + PT taps' accumulators
+    # (TF32: all taps, the A fragment loaded once a k step; 3xTF32, whose split fragments hold more: half of them)
+    pt_tf32, pt_x3 = nt, ceil_div(nt, 2)
     # the copy widths instantiated: GZV, and one float a copy beside it where gz is the incoming gy (gz_is_gy: no
     # adjoint kernel writes gz into kgen's workspace), whose alignment the caller decides
     vecs = [gzv, 1] if gz_is_gy and gzv > 1 else [gzv]
     return dict(BM=bm, WARPS_M=wm, WARPS_K=HALO_W_WARPS // wm, THREADS=32 * HALO_W_WARPS, NT=nt, TGROUPS=tg,
-                GZV=gzv, GZ_VECS=vecs, UNROLL_TF32=unroll,
+                GZV=gzv, GZ_VECS=vecs, UNROLL_TF32=unroll, PT_TF32=pt_tf32, PT_X3=pt_x3,
                 TH=th, TW=tw, HH=hh, HW=hw, HCS=hcs, LDP=ldp, CC=HALO_CC, MTILES=ceil_div(cog, bm),
                 NCH=ceil_div(cig, HALO_CC), TILES_H=ceil_div(s.HO, th), TILES_W=ceil_div(s.WO, tw), SMEM_BYTES=smem)
 
