@@ -1,6 +1,7 @@
 """Per-kernel GPU times of kgen's forward and training step for bench_conv2d_epilogue problems (torch.profiler),
 to see where a problem's time goes. Usage (GPU): python tests/dev/profile_conv.py [--tf32] [--blocks] NAME [NAME ...]
-(--blocks: names of the KernelBench-style blocks, `bench_conv2d_epilogue.py --blocks`)"""
+(--blocks: names of the KernelBench-style blocks, `bench_conv2d_epilogue.py --blocks`; --eager: the problem's Model
+too, so cuDNN's kernels for the same step sit beside kgen's)"""
 
 import argparse
 import sys
@@ -33,6 +34,7 @@ def main() -> int:
     ap.add_argument("names", nargs="+")
     ap.add_argument("--tf32", action="store_true")
     ap.add_argument("--blocks", action="store_true", help="NAMEs are KernelBench-style blocks")
+    ap.add_argument("--eager", action="store_true", help="also profile the problem's Model (cuDNN and eager ops)")
     a = ap.parse_args()
     sources = problem_sources(a.blocks)
     torch.backends.cudnn.allow_tf32 = a.tf32
@@ -41,13 +43,14 @@ def main() -> int:
         ns = generate_module(source, name)
         user: dict = {}
         exec(source, user)
-        model = ns["ModelNew"](*user["get_init_inputs"]()).cuda()
         x = user["get_inputs"]()[0].cuda().requires_grad_(True)
+        for label, cls in [("kgen", ns["ModelNew"])] + ([("eager", user["Model"])] if a.eager else []):
+            model = cls(*user["get_init_inputs"]()).cuda()
 
-        def step():
-            y = model(x)
-            y.backward(torch.ones_like(y))
-        print_kernel_times(step, f"{name} (TF32 {'on' if a.tf32 else 'off'})")
+            def step():
+                y = model(x)
+                y.backward(torch.ones_like(y))
+            print_kernel_times(step, f"{name}, {label} (TF32 {'on' if a.tf32 else 'off'})")
     return 0
 
 
