@@ -922,13 +922,26 @@ def test_halo_grad_x_unrolls_all_taps_only_up_to_3x3(cid, dx_unroll):
     assert "conv_grad_x_halo" in emit.generate(write_problem(CASE[cid])).files["kernel.cu"]
 
 
+@pytest.mark.parametrize("co,stride,wide", [(64, 1, True), (24, 1, True), (16, 1, False), (64, 2, False)])
+def test_halo_grad_x_warps_own_every_in_channel_from_three_gz_chunks(co, stride, wide):
+    """grad_x from halo tiles (stride 1) over HALO_WIDE_MIN_CHUNKS or more chunks of gz channels runs on 4 x 1 warps,
+    each owning all BN in channels of 32 positions, as the halo forward; with fewer chunks, or the im2col grad_x
+    (stride 2), the 2 x 4 grid stays."""
+    src = conv_epilogue_problem((2, 64, 40, 44), conv(64, co, 3, stride=stride), CONV_IN + ["return torch.relu(x)"])
+    d = fam.derive(_spec(src))
+    assert (d["HALO_DX"] is not None) is (stride == 1)
+    assert (d["D"]["WARPS_M"], d["D"]["WARPS_N"], d["D"]["BN"]) == ((4, 1, 64) if wide else (4, 2, 64))
+    kernel = emit.generate(write_problem(src)).files["kernel.cu"]
+    assert f"using TileD = Tile<128, 64, 4, {1 if wide else 2}," in kernel
+
+
 def test_halo_forward_warps_own_every_out_channel_from_three_chunks():
     """From HALO_WIDE_MIN_CHUNKS input-channel chunks on, the halo forward's CTA tile gives each warp all BN out
-    channels of 32 positions (4 x 1 warps, 128 threads); with fewer chunks, and in the im2col forward and grad_x, the
-    2 x 4 grid stays. The fold's lane count follows the halo tile's threads."""
+    channels of 32 positions (4 x 1 warps, 128 threads); with fewer chunks, and in the im2col forward, the 2 x 4 grid
+    stays (grad_x: halo_dx_tile). The fold's lane count follows the halo tile's threads."""
     wide = fam.derive(_spec(CASE["halo_ci32_k5_wide_onestage_silu_mean_hw"]))
     assert (wide["HF"]["WARPS_M"], wide["HF"]["WARPS_N"], wide["HF"]["THREADS"]) == (4, 1, 128)
-    assert wide["F"]["WARPS_N"] == 2 and wide["D"]["WARPS_N"] == 2
+    assert wide["F"]["WARPS_N"] == 2 and wide["HALO_DX"] is not None and wide["D"]["WARPS_N"] == 1  # halo_dx_tile
     assert wide["HALO"]["STAGES"] == 1 and wide["FUSED_REDUCE"]["LANES"] == 128 // 64
     narrow = fam.derive(_spec(CASE["halo_ci16_w32_pad1_relu_bias_c"]))
     assert (narrow["HF"]["WARPS_N"], narrow["HF"]["THREADS"]) == (2, 256)

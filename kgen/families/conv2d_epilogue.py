@@ -454,6 +454,16 @@ def halo_plan(spec: Spec, tile: dict) -> dict | None:
                  (s.DH, s.DW), tile, False)
 
 
+def halo_dx_tile(spec: Spec) -> dict:
+    """grad_x's CTA tile: 128 input positions x BN in channels; where grad_x runs from halo tiles over
+    HALO_WIDE_MIN_CHUNKS or more chunks of gz channels, each warp owns all BN channels of 32 positions (4 x 1 warps),
+    as the halo forward's tile (halo_tile). The im2col grad_x keeps 2 x 4 warps."""
+    tile = gemm_tile(1 << 20, spec.CI // spec.G)
+    if halo_dx_plan(spec, tile) is None or spec.CO // spec.G // HALO_CC < HALO_WIDE_MIN_CHUNKS:
+        return tile
+    return gemm_tile(1 << 20, spec.CI // spec.G, max_warps_n=1)
+
+
 def halo_dx_plan(spec: Spec, tile: dict) -> dict | None:
     """grad_x from halo tiles at stride 1: grad_x = conv(gz, w flipped and transposed) with padding DH*(KH-1) - PH
     (likewise columns), out channels per group a multiple of HALO_CC (gz's channels are its input). None: the
@@ -735,8 +745,7 @@ def derive(spec: Spec) -> dict:
     red_terms = ([bwd.result] if s.HAS_BIAS else []) + [grads[p.name] for p in s.params]
     red_outputs = ([dict(out="gb", scalar=False)] if s.HAS_BIAS else []) + \
         [dict(out=f"gp{i}", scalar=p.broadcast == "scalar") for i, p in enumerate(s.params)]
-    tiles = dict(F=gemm_tile(1 << 20, cog), HF=halo_tile(s), D=gemm_tile(1 << 20, cig),
-                 WG=gemm_tile(cog, cig * s.KH * s.KW))
+    tiles = dict(F=gemm_tile(1 << 20, cog), HF=halo_tile(s), D=halo_dx_tile(s), WG=gemm_tile(cog, cig * s.KH * s.KW))
     phases, phase_table = dgrad_phases(s, cog)
     halo = halo_plan(s, tiles["HF"])
     halo_dx = halo_dx_plan(s, tiles["D"])

@@ -101,8 +101,9 @@ def diff_edits(text: str) -> dict[str, list[tuple[str, str]]]:
 # fields are kept as `git apply` patches (tests/dev/edits/NAME.patch): conv_halo_vec16 shipped in the thirteenth
 # session, conv_fwd_warp64 in the fourteenth as the halo forward's own tile (halo_tile: 4 x 1 warps from
 # HALO_WIDE_MIN_CHUNKS input-channel chunks on), conv_staged_epilogue in the twenty-first (EPI_STAGED), conv_halo_vec8
-# in the twenty-second (HV = 2). Prepared now (twenty-second session, CPU-checked only; docs/notes/conv2d_epilogue_plan.md):
-# conv_grad_x_wide (grad_x on 4 x 1 warps from 3 gz chunks) and conv_bfrag_ni8 (fragment-ordered weights only where NI = 8).
+# in the twenty-second (HV = 2), conv_grad_x_wide in the twenty-third (halo_dx_tile: grad_x on 4 x 1 warps from 3 gz
+# chunks). Dropped in the twenty-third: conv_bfrag_ni8 (fragment-ordered weights only where NI = 8; H200, TF32: the
+# 16->64 hardswish forward 1.158 -> 1.111 ms, but the steps of the 64->128 blocks 1-2% slower). None prepared now.
 EDITS: dict[str, dict[str, list[tuple[str, str]]]] = {
     "conv_noflush_tf32": CONV_NOFLUSH_TF32,
     "conv_fwd_halo_3ctas": CONV_FWD_HALO_3CTAS,
