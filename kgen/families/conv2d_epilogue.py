@@ -439,8 +439,13 @@ def halo_tile(spec: Spec) -> dict:
     chunks 1.036 -> 0.893, 8 chunks 0.756 -> 0.721. With 2 chunks it went either way: Conv2d(16->64, 3, padding=1)
     -3% or even, without padding (254-wide outputs) +23-30% (not understood), so fewer chunks keep 2 x 4 warps (one
     chunk gained 3-10%: a candidate once the 2-chunk loss is understood)."""
-    chunks = spec.CI // spec.G // HALO_CC
-    return gemm_tile(1 << 20, spec.CO // spec.G, max_warps_n=1 if chunks >= HALO_WIDE_MIN_CHUNKS else 2)
+    return halo_warp_tile(spec.CO // spec.G, spec.CI // spec.G // HALO_CC)
+
+
+def halo_warp_tile(cols: int, chunks: int) -> dict:
+    """A halo convolution's CTA tile over 128 positions x `cols` channels, reading `chunks` 8-channel chunks: 4 x 1
+    warps from HALO_WIDE_MIN_CHUNKS chunks on, else 2 x 4 (halo_tile says why)."""
+    return gemm_tile(1 << 20, cols, max_warps_n=1 if chunks >= HALO_WIDE_MIN_CHUNKS else 2)
 
 
 def halo_plan(spec: Spec, tile: dict) -> dict | None:
@@ -459,9 +464,9 @@ def halo_dx_tile(spec: Spec) -> dict:
     HALO_WIDE_MIN_CHUNKS or more chunks of gz channels, each warp owns all BN channels of 32 positions (4 x 1 warps),
     as the halo forward's tile (halo_tile). The im2col grad_x keeps 2 x 4 warps."""
     tile = gemm_tile(1 << 20, spec.CI // spec.G)
-    if halo_dx_plan(spec, tile) is None or spec.CO // spec.G // HALO_CC < HALO_WIDE_MIN_CHUNKS:
+    if halo_dx_plan(spec, tile) is None:
         return tile
-    return gemm_tile(1 << 20, spec.CI // spec.G, max_warps_n=1)
+    return halo_warp_tile(spec.CI // spec.G, spec.CO // spec.G // HALO_CC)
 
 
 def halo_dx_plan(spec: Spec, tile: dict) -> dict | None:
