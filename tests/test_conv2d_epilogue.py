@@ -842,6 +842,21 @@ def test_pooling_after_a_halo_forward_is_folded_in(cid):
         assert f"_s{st['k']}_forward(" in files["kernel.cu"] and f"_s{st['k']}_forward(" in files["binding.cpp"]
 
 
+@pytest.mark.parametrize("cid", ["buffer_1c11_mul_silu", "halo_ci16_pad1_relu", "halo_ci32_k5_wide_onestage_silu_mean_hw",
+                                 "halo_ci24_k3x5_dil21_bias_c"])
+def test_grad_w_tf32_chains_stay_within_the_no_flush_bound(cid):
+    """With TF32 allowed grad_w's halo kernel accumulates its mmas without a flush, two m16 tiles a warp where the
+    out-channel tile allows; the launcher splits the position tiles so that a split covers at most CHAIN_TILES of them,
+    which keeps each thread's chain on one accumulator within NOFLUSH_K_MAX positions, as the halo forward's."""
+    hw = fam.derive(_spec(CASE[cid]))["HALO_W"]
+    warps_m = hw["BM"] // (16 * hw["MI_TF32"])
+    positions = hw["TH"] * hw["TW"] // (fam.HALO_W_WARPS // warps_m)  # a warp's share of a tile
+    assert hw["CHAIN_TILES"] >= 1 and hw["CHAIN_TILES"] * positions <= fam.NOFLUSH_K_MAX
+    assert hw["MI_TF32"] == (2 if hw["BM"] >= 32 else 1)
+    launch = emit.generate(write_problem(CASE[cid])).files["kernel.cu"]
+    assert "splits = (tiles + hw::CHAIN_TILES - 1) / hw::CHAIN_TILES" in launch
+
+
 def test_grad_w_copies_gz_in_vectors_where_aligned():
     """grad_w's halo kernel copies gz GZV floats a cp.async (WO % GZV == 0): only that width where gz is kgen's own
     workspace, and the one-float kernel beside it where gz is the incoming gradient, whose alignment is the caller's."""

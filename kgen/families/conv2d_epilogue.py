@@ -502,7 +502,8 @@ def halo_w_plan(spec: Spec, gz_is_gy: bool) -> dict | None:
     th, tw, hh, hw, hcs = _halo_window(128, s.WO, (s.KH, s.KW), (s.SH, s.SW), (s.DH, s.DW), 4)
     ldp = th * tw + 4  # gz rows: 4 mod 32, an A fragment's 8 channels x 4 positions hit 32 banks
     stage = bm * ldp + HALO_CC * hcs
-    red = HALO_W_WARPS * 16 * nt * 8  # the WARPS_K partial sums, staged for the fixed-order add
+    mi_tf32 = 2 if bm >= 32 else 1  # m16 tiles a warp with TF32 allowed (below)
+    red = HALO_W_WARPS * 16 * mi_tf32 * nt * 8  # the warps' partial sums over positions, staged for the fixed-order add
     smem = max(2 * stage, red) * 4
     if smem > HALO_SMEM_MAX:
         return None
@@ -516,11 +517,16 @@ def halo_w_plan(spec: Spec, gz_is_gy: bool) -> dict | None:
     # taps a flush group: one group's mmas run on `part`, so acc and part together hold NT + PT taps' accumulators
     # (TF32: all taps, the A fragment loaded once a k step; 3xTF32, whose split fragments hold more: half of them)
     pt_tf32, pt_x3 = nt, ceil_div(nt, 2)
+    # TF32 allowed: two m16 tiles a warp where BM allows (each A fragment feeds 2 NT mmas; 72 accumulators a thread at
+    # 9 taps, no `part`), so each thread's chain on one accumulator is bounded instead: a split covers at most
+    # CHAIN_TILES position tiles, NOFLUSH_K_MAX positions of a warp's share (the halo forward's bound without a flush)
+    kpw_tf32 = th * tw // (HALO_W_WARPS // (bm // (16 * mi_tf32)))
+    chain_tiles = max(1, NOFLUSH_K_MAX // kpw_tf32)
     # the copy widths instantiated: GZV, and one float a copy beside it where gz is the incoming gy (gz_is_gy: no
     # adjoint kernel writes gz into kgen's workspace), whose alignment the caller decides
     vecs = [gzv, 1] if gz_is_gy and gzv > 1 else [gzv]
     return dict(BM=bm, WARPS_M=wm, WARPS_K=HALO_W_WARPS // wm, THREADS=32 * HALO_W_WARPS, NT=nt, TGROUPS=tg,
-                GZV=gzv, GZ_VECS=vecs, UNROLL_TF32=unroll, PT_TF32=pt_tf32, PT_X3=pt_x3,
+                GZV=gzv, GZ_VECS=vecs, UNROLL_TF32=unroll, PT_TF32=pt_tf32, PT_X3=pt_x3, MI_TF32=mi_tf32, CHAIN_TILES=chain_tiles,
                 TH=th, TW=tw, HH=hh, HW=hw, HCS=hcs, LDP=ldp, CC=HALO_CC, MTILES=ceil_div(cog, bm),
                 NCH=ceil_div(cig, HALO_CC), TILES_H=ceil_div(s.HO, th), TILES_W=ceil_div(s.WO, tw), SMEM_BYTES=smem)
 

@@ -103,9 +103,9 @@ def diff_edits(text: str) -> dict[str, list[tuple[str, str]]]:
 # HALO_WIDE_MIN_CHUNKS input-channel chunks on), conv_staged_epilogue in the twenty-first (EPI_STAGED), conv_halo_vec8
 # in the twenty-second (HV = 2), conv_grad_x_wide in the twenty-third (halo_dx_tile: grad_x on 4 x 1 warps from 3 gz
 # chunks). Dropped in the twenty-third: conv_bfrag_ni8 (fragment-ordered weights only where NI = 8; H200, TF32: the
-# 16->64 hardswish forward 1.158 -> 1.111 ms, but the steps of the 64->128 blocks 1-2% slower). Prepared (twenty-third
-# session, CPU-checked only): conv_wgrad_mi2_tf32 (TF32 grad_w from halo tiles: two m16 tiles a warp, no flush, splits
-# bounded by CHAIN_TILES; docs/notes/conv2d_epilogue_plan.md).
+# 16->64 hardswish forward 1.158 -> 1.111 ms, but the steps of the 64->128 blocks 1-2% slower). Shipped in the
+# twenty-fourth: conv_wgrad_mi2_tf32 (TF32 grad_w from halo tiles: two m16 tiles a warp, no flush, splits bounded by
+# CHAIN_TILES; the TF32 steps of the 64->128 blocks 5-6% faster).
 EDITS: dict[str, dict[str, list[tuple[str, str]]]] = {
     "conv_noflush_tf32": CONV_NOFLUSH_TF32,
     "conv_fwd_halo_3ctas": CONV_FWD_HALO_3CTAS,

@@ -2,7 +2,9 @@
 running under compute-sanitizer: bash tests/device/sanitize.sh. A form is what decides which kernels run: for the pool
 family its (forward, backward) designs, walk and packing (kgen.families.pool.plan); for conv2d_epilogue which of its
 halo / folded / direct paths a case takes (derive); other families' first three cases. `--list` prints the
-selection without a GPU. KGEN_SANITIZE_MATCH=WORD keeps only the problems whose label contains WORD."""
+selection without a GPU. KGEN_SANITIZE_MATCH=WORD keeps only the problems whose label contains WORD;
+KGEN_SANITIZE_TF32=on|off|both (default both) sets torch.backends.cudnn.allow_tf32 for each run, so the conv family's
+TF32 and 3xTF32 kernels are both checked."""
 
 import os
 import sys
@@ -56,17 +58,20 @@ def main() -> None:
     if "--list" in sys.argv:
         print("\n".join(problems))
         return
+    modes = {"on": [True], "off": [False], "both": [True, False]}[os.environ.get("KGEN_SANITIZE_TF32", "both")]
     for label, src in problems.items():
         model, new, ns, user = reference_and_new(src)
         with torch.device("meta"):
             meta = user["get_inputs"]()[0]
-        x = torch.rand(tuple(meta.shape), device="cuda").to(meta.dtype).requires_grad_(True)
-        out = new(x)
-        out = out[0] if isinstance(out, (tuple, list)) else out
-        if out.requires_grad:  # an index-only output has no backward
-            out.backward(torch.randn_like(out))
-        torch.cuda.synchronize()
-        print(f"sanitize {label}: ok, out {tuple(out.shape)}")
+        for tf32 in modes:
+            torch.backends.cudnn.allow_tf32 = tf32
+            x = torch.rand(tuple(meta.shape), device="cuda").to(meta.dtype).requires_grad_(True)
+            out = new(x)
+            out = out[0] if isinstance(out, (tuple, list)) else out
+            if out.requires_grad:  # an index-only output has no backward
+                out.backward(torch.randn_like(out))
+            torch.cuda.synchronize()
+            print(f"sanitize {label} (tf32 {'on' if tf32 else 'off'}): ok, out {tuple(out.shape)}")
 
 
 if __name__ == "__main__":
