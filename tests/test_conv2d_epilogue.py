@@ -217,6 +217,9 @@ _TABLE += [
      CONV_IN + ["x = torch.clamp(x, -0.2, 0.3)", "return torch.max(x)"], [], {}),
     ("adaptive_max_global_view_mul", 1, (2, 3, 16, 15), conv(3, 9, 3),
      CONV_IN + ["x = self.pool(x)", "x = x.view(x.size(0), -1)", "return x * 2.0"], ["self.pool = nn.AdaptiveMaxPool2d(1)"], {}),
+    # a ResNet stem: 3 input channels, 7x7 taps at stride 2 (grad_x with FMAs over 4 stride phases), overlapping max pool
+    ("stem_k7s2p3_relu_maxpool3s2p1", 1, (2, 3, 37, 45), conv(3, 16, 7, stride=2, padding=3),
+     CONV_IN + ["return self.pool(torch.relu(x))"], ["self.pool = nn.MaxPool2d(3, 2, 1)"], {}),
 ]
 
 CASES: list[tuple[str, str]] = [(cid, conv_epilogue_problem(shape, c, fwd, init, args))
@@ -739,7 +742,7 @@ def test_generated_model_mirrors_parameters_and_initialization(cid):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("cid", ["relu", "groups2_gelu_tanh_div_param", "depthwise_hardswish", "pointwise_1x1_ci1_co70_chain",
-                                 "gelu_global_avg_squeeze"])
+                                 "gelu_global_avg_squeeze", "stem_k7s2p3_relu_maxpool3s2p1"])
 def test_tf32_mode_matches_float64_of_tf32_rounded_operands(cid):
     """With cudnn.allow_tf32 the GEMM kernels multiply TF32-rounded x and weight, exactly as float64 does, and
     accumulate in float32: forward within 1e-4 of float64 on the rounded operands. The input gradient multiplies the
@@ -1244,6 +1247,38 @@ def test_one_input_channel_per_group_takes_the_direct_kernels(cid, direct):
         assert ro <= fam.DIRECT_ROWS_OUT and strips == -(-spec.HO // ro) and (strips - 1) * ro < spec.HO
         assert strips == -(-spec.HO // fam.DIRECT_ROWS_OUT) and strips * ro - spec.HO < strips
         assert plan["ROWS"] == (ro - 1) * spec.SH + (spec.KH - 1) * spec.DH + 1
+
+
+@pytest.mark.parametrize("shape,cv,fma", [
+    ((2, 3, 37, 45), conv(3, 16, 7, stride=2, padding=3), True),  # a stem: strided, so no halo grad_x
+    ((2, 4, 20, 19), conv(4, 12, 3), True),  # 12 out channels: not whole 8-channel gz chunks
+    ((2, 8, 21, 22), conv(8, 12, 5, stride=(2, 3), padding=(1, 2), dilation=(2, 1), groups=4), True),  # 2 a group
+    ((2, 4, 20, 19), conv(4, 16, 3), False),  # grad_x from halo tiles
+    ((2, 5, 19, 18), conv(5, 12, 3, stride=2), False),  # 5 input channels: the GEMM's columns are used
+    ((2, 4, 20, 19), conv(4, 4, 3, groups=4), False),  # depthwise: the direct kernels
+])
+def test_few_input_channels_take_grad_x_with_fmas(shape, cv, fma):
+    """grad_x of a group with at most FMA_DX_CIG_MAX input channels, where it is no halo convolution, runs on float32
+    FMAs (an n8 GEMM tile would be mostly padding); its stride phases cover every input pixel exactly once, and its
+    weight chunks are equal and fit the static shared memory."""
+    src = conv_epilogue_problem(shape, cv, CONV_IN + ["return torch.relu(x)"])
+    spec = _spec(src)
+    d = fam.derive(spec)
+    plan = d["FMA_DX"]
+    assert (plan is not None) is fma
+    kernel = emit.generate(write_problem(src)).files["kernel.cu"]
+    assert ("conv_grad_x_fma<true><<<" in kernel) is fma and ("conv_grad_x<true><<<" in kernel) is (not fma and not d["HALO_DX"] and not d["DIRECT"])
+    if not fma:
+        return
+    pixels = sorted((ph["ih0"] + spec.SH * i, ph["iw0"] + spec.SW * j)
+                    for ph in plan["PHASES"] for i in range(ph["hp"]) for j in range(ph["wp"]))
+    assert pixels == [(h, w) for h in range(spec.H) for w in range(spec.W)]
+    assert all(ph["ih0"] < spec.SH and ph["iw0"] < spec.SW for ph in plan["PHASES"])
+    assert plan["MAX_PIXELS"] == max(ph["hp"] * ph["wp"] for ph in plan["PHASES"])
+    cig, cog, kk = d["CIG"], d["COG"], spec.KH * spec.KW
+    assert plan["CIGP"] in (1, 2, 4) and cig <= plan["CIGP"] < 2 * cig
+    chunks = -(-cog // plan["CO_CHUNK"])
+    assert plan["CO_CHUNK"] * kk * plan["CIGP"] <= fam.FMA_DX_WS_FLOATS and chunks * plan["CO_CHUNK"] - cog < chunks
 
 
 @pytest.mark.parametrize("init,expr", [

@@ -601,6 +601,37 @@ def direct(spec: Spec) -> dict | None:
     return dict(RO=ro, ROWS=(ro - 1) * spec.SH + (spec.KH - 1) * spec.DH + 1, STRIPS=ceil_div(spec.HO, ro))
 
 
+FMA_DX_CIG_MAX = 4  # grad_x with float32 FMAs (fma_dx_plan) for at most this many input channels a group
+FMA_DX_WS_FLOATS = 12288  # its staged weights: 48 KB of static shared memory
+
+
+def fma_dx_plan(spec: Spec, halo_dx: dict | None) -> dict | None:
+    """grad_x with float32 FMAs, where it is not a halo convolution (a stride, or out channels a group not a multiple
+    of HALO_CC) and the group has at most FMA_DX_CIG_MAX input channels, so an implicit GEMM's n8 columns would be
+    mostly padding while its loader gathers gz as often (the ResNet stem's 7x7 / 2 conv on 3 channels: 2.7 ms for
+    grad_x on the H200 against cuDNN's 0.48). Each thread: PX input pixels of one stride phase, every input channel of
+    the group; the weights of CO_CHUNK out channels staged as [co][tap][CIGP] (CIGP: CIG padded to a vector width).
+    None: the direct kernels, grad_x from halo tiles, or more input channels."""
+    s = spec
+    cig = s.CI // s.G
+    cigp = 1 << (cig - 1).bit_length()
+    if direct(s) or halo_dx is not None or cig > FMA_DX_CIG_MAX or s.KH * s.KW * cigp > FMA_DX_WS_FLOATS:
+        return None
+    phases = []
+    for rh in range(s.SH):
+        ih0 = (rh - s.PH) % s.SH
+        for rw in range(s.SW):
+            iw0 = (rw - s.PW) % s.SW
+            hp, wp = len(range(ih0, s.H, s.SH)), len(range(iw0, s.W, s.SW))
+            if hp and wp:
+                phases.append(dict(ih0=ih0, iw0=iw0, hp=hp, wp=wp))
+    cog, most = s.CO // s.G, FMA_DX_WS_FLOATS // (s.KH * s.KW * cigp)
+    # PX = 1: two pixels a thread took 166 registers on 7x7 taps (one: 106-118 at the kernel's 2-CTA bound)
+    return dict(THREADS=256, PX=1, CIGP=cigp, CIG_MAX=FMA_DX_CIG_MAX, PHASES=phases,
+                CO_CHUNK=ceil_div(cog, ceil_div(cog, most)),  # equal chunks of at most `most` out channels
+                MAX_PIXELS=max(ph["hp"] * ph["wp"] for ph in phases))
+
+
 def tap_table(channels: int, spec: Spec, tile_k: int) -> list[tuple[int, int]]:
     """Taps k = (c, kh, kw) in reduction order as (c, kh*DH << 16 | kw*DW), padded with zeros to a multiple of the
     GEMM tiles' k extent (which also bounds grad_w's j tiles); empty when there are more than TAB_MAX taps."""
@@ -760,6 +791,7 @@ def derive(spec: Spec) -> dict:
     phases, phase_table = dgrad_phases(s, cog)
     halo = halo_plan(s, tiles["HF"])
     halo_dx = halo_dx_plan(s, tiles["D"])
+    fma_dx = fma_dx_plan(s, halo_dx)
     fold = fold_pool_backward(s)
     write_gz = bool(s.program.live()) or fold is not None  # gz in kgen's workspace; else the backward reads gy
     halo_w = halo_w_plan(s, not write_gz)
@@ -793,8 +825,8 @@ def derive(spec: Spec) -> dict:
         needs_z=needs_z, write_gz=write_gz, FOLD_POOL_BWD=fold, NRED=len(red_terms), red_terms=red_terms,
         red_outputs=red_outputs, TAB_MAX=TAB_MAX, DIRECT=direct(s),
         tap_tables=[dict(name="X", entries=tap_table(cig, s, max(BK, tiles["WG"]["BN"]))),
-                    dict(name="Y", entries=[] if halo_dx else phase_table)],
-        HALO=halo, HALO_DX=halo_dx, HALO_W=halo_w, EPI_PAD=EPI_PAD,
+                    dict(name="Y", entries=[] if halo_dx or fma_dx else phase_table)],
+        HALO=halo, HALO_DX=halo_dx, FMA_DX=fma_dx, HALO_W=halo_w, EPI_PAD=EPI_PAD,
         HALO_FWD_SMEM=halo_fwd_smem(halo, tiles["HF"], epi_staged), EPI_STAGED=epi_staged,
         EPI_TAP_UNROLL=tap_unroll(s.KH, s.KW),
         # the halo loaders' 16-byte copies read x (forward) and, where grad_x reads it directly, grad_y aligned
@@ -870,8 +902,11 @@ def describe(spec: Spec) -> list[str]:
         "the program applied to the accumulator; 3xTF32 tensor-core math when torch.backends.cudnn.allow_tf32 is off,",
         "one TF32 product per term when it is on (read at each call, as cuDNN). Training saves z = conv(x) + bias only when",
         f"the derived backward reads it ({'it does' if d['needs_z'] else 'it does not'} here).",
-        f"backward: dL/dz elementwise with fixed-order per-channel sums (grad_bias, parameter gradients), grad_x as an",
-        f"implicit GEMM over (co, kh, kw) ({dg['BM']}x{dg['BN']} tiles), grad_w as a GEMM over (n, oh, ow) split into",
+        f"backward: dL/dz elementwise with fixed-order per-channel sums (grad_bias, parameter gradients), grad_x " +
+        (f"with float32 FMAs ({d['CIG']} input channels a group: {d['FMA_DX']['PX']} pixels of a stride phase a thread)"
+         if d["FMA_DX"] else "from halo tiles (a stride-1 convolution of gz with the flipped weights)" if d["HALO_DX"]
+         else f"as an implicit GEMM over (co, kh, kw) ({dg['BM']}x{dg['BN']} tiles)") + ",",
+        f"grad_w as a GEMM over (n, oh, ow) split into",
         f"slices ({wg['BM']}x{wg['BN']} tiles) whose partials a second kernel adds in order: bit-identical run to run.",
     ]
 

@@ -1,7 +1,7 @@
 """Per-kernel GPU times of kgen's forward and training step for bench_conv2d_epilogue problems (torch.profiler),
 to see where a problem's time goes. Usage (GPU): python tests/dev/profile_conv.py [--tf32] [--blocks] NAME [NAME ...]
 (--blocks: names of the KernelBench-style blocks, `bench_conv2d_epilogue.py --blocks`; --eager: the problem's Model
-too, so cuDNN's kernels for the same step sit beside kgen's)"""
+too, so cuDNN's kernels for the same step sit beside kgen's). A NAME ending in .py is a problem file's path."""
 
 import argparse
 import sys
@@ -39,7 +39,8 @@ def main() -> int:
     sources = problem_sources(a.blocks)
     torch.backends.cudnn.allow_tf32 = a.tf32
     for name in a.names:
-        source = sources[name]
+        source = Path(name).read_text() if name.endswith(".py") else sources[name]
+        name = Path(name).stem if name.endswith(".py") else name
         ns = generate_module(source, name)
         user: dict = {}
         exec(source, user)
