@@ -3,7 +3,8 @@ static checker's rules (and nvcc-compile with --compile) here; on a GPU, also ch
 against PyTorch (tests/test_numerics.py's comparison; the conv families' outputs again with TF32 allowed, at 1e-2).
 Pool draws are generated with the walk's size threshold lifted (walk_lifted), so their small 3-d windows that share a
 slice take the walking forward; the GPU summary counts them.
-Usage: python tests/dev/sweep.py [--n 12] [--seed 1] [--family NAME] [--compile] [--gpu] [--jobs 12]"""
+--path KEY keeps only the draws whose family's derive() has a truthy KEY (a kernel path, e.g. FMA_DX or HALO_DX).
+Usage: python tests/dev/sweep.py [--n 12] [--seed 1] [--family NAME] [--path KEY] [--compile] [--gpu] [--jobs 12]"""
 
 import argparse
 import contextlib
@@ -76,8 +77,18 @@ def main():
     ap.add_argument("--compile", action="store_true")
     ap.add_argument("--gpu", action="store_true")
     ap.add_argument("--jobs", type=int, default=12, help="parallel extension builds before the GPU checks")
+    ap.add_argument("--path", default=None, help="only the draws whose derive() has this key truthy (e.g. FMA_DX)")
     a = ap.parse_args()
     cases = [(f, s) for f, s in random_problems(a.n, a.seed) if a.family in (None, f)]
+    if a.path:
+        from kgen.problem import load_problem
+        from kgen.spec import match
+
+        def takes(src: str) -> bool:
+            fam, spec = match(load_problem(write_problem(src)))
+            return bool(getattr(fam, "derive", lambda s: {})(spec).get(a.path))
+        cases = [(f, s) for f, s in cases if takes(s)]
+        print(f"--path {a.path}: {len(cases)} draws", flush=True)
     gens, bad = [], 0
     for fam, src in cases:
         lift = fam == pool_family.NAME
