@@ -1047,11 +1047,13 @@ def test_a_reduction_over_hw_after_a_halo_forward_is_folded_in_for_inference(cid
 
 
 def test_random_draws_reach_the_folded_first_stages():
-    """The sweep's generator (random_problem) draws halo convolutions whose first stage inference folds in, so the
-    GPU sweeps check those kernels on shapes no table lists."""
+    """The sweep's generator (random_problem) draws halo convolutions whose first stage inference folds in, and few
+    input channels whose grad_x runs on FMAs over several stride phases, so the GPU sweeps check those kernels on shapes
+    no table lists."""
     plans = [fam.derive(_spec(_random_case(random.Random(f"fold:{i}"))[0])) for i in range(80)]
     assert sum(d["FUSED_POOL"] is not None for d in plans) >= 3
     assert sum(d["FUSED_REDUCE"] is not None for d in plans) >= 3
+    assert sum(d["FMA_DX"] is not None and len(d["FMA_DX"]["PHASES"]) > 1 for d in plans) >= 2
 
 
 def test_reductions_not_over_exactly_hw_are_not_folded():
