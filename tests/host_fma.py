@@ -1,0 +1,140 @@
+"""Runs conv2d_epilogue's float32-FMA kernels (grad_x with FMAs: FMA_DX; the FMA forward where a tree has it: FMA_FWD)
+on the CPU: their text is cut from the rendered kernel.cu at its section markers and compiled with g++ under a thin
+host shim (one std::thread a CUDA thread, a std::barrier for __syncthreads, blocks one at a time, shared memory as
+function statics), so their indexing is checked against PyTorch without a GPU (tests/test_host_fma.py). Only kernels
+made of plain C++ arithmetic and loads qualify: no tensor cores, cp.async or warp shuffles."""
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import torch
+
+GXX = shutil.which("g++")
+
+PRELUDE = r"""
+#include <barrier>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+#include <vector>
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __restrict__
+#define __shared__ static
+#define __align__(n) __attribute__((aligned(n)))
+struct float4 { float x, y, z, w; };
+struct float2 { float x, y; };
+struct HostIdx { unsigned x, y, z; };
+thread_local HostIdx threadIdx, blockIdx;
+static std::barrier<>* g_bar = nullptr;
+inline void __syncthreads() { g_bar->arrive_and_wait(); }
+template <class T> inline T __ldg(const T* p) { return *p; }
+inline float __uint_as_float(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
+inline uint32_t __float_as_uint(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
+// cvt.rna.tf32.f32: to nearest, ties away from zero, on the magnitude's bits (Inf / NaN kept)
+inline uint32_t tf32_rna(float v) {
+  uint32_t u = __float_as_uint(v);
+  if ((u & 0x7f800000u) == 0x7f800000u) return u;
+  return (u + 0x1000u) & 0xffffe000u;
+}
+// One launch: every block in turn, its `threads` threads concurrently.
+template <class F>
+void launch(unsigned gx, unsigned gy, unsigned gz, unsigned threads, F body) {
+  for (unsigned bz = 0; bz < gz; ++bz)
+    for (unsigned by = 0; by < gy; ++by)
+      for (unsigned bx = 0; bx < gx; ++bx) {
+        std::barrier<> bar(threads);
+        g_bar = &bar;
+        std::vector<std::thread> ts;
+        for (unsigned t = 0; t < threads; ++t)
+          ts.emplace_back([&, t] {
+            threadIdx = HostIdx{t, 0, 0};
+            blockIdx = HostIdx{bx, by, bz};
+            body();
+            bar.arrive_and_drop();  // a thread that left lets the others pass later barriers
+          });
+        for (auto& th : ts) th.join();
+      }
+}
+static std::vector<float> read_floats(const char* path) {
+  FILE* f = std::fopen(path, "rb");
+  std::fseek(f, 0, SEEK_END);
+  const long bytes = std::ftell(f);
+  std::fseek(f, 0, SEEK_SET);
+  std::vector<float> v(bytes / 4);
+  if (std::fread(v.data(), 4, v.size(), f) != v.size()) std::exit(3);
+  std::fclose(f);
+  return v;
+}
+static void write_floats(const char* path, const std::vector<float>& v) {
+  FILE* f = std::fopen(path, "wb");
+  std::fwrite(v.data(), 4, v.size(), f);
+  std::fclose(f);
+}
+"""
+
+
+def section(src: str, start: str, end: str) -> str:
+    """The rendered text from the line starting with `start` up to (not including) the next line starting with `end`."""
+    i = src.index("\n" + start) + 1
+    j = src.index("\n" + end, i) + 1
+    return src[i:j]
+
+
+def host_source(kernel_cu: str, which: str, d: dict, n: int, tf32: bool) -> str:
+    """A host program that runs kernel `which` ("grad_x" or "forward") of the rendered kernel.cu on inputs read from
+    in<k>.bin and writes out.bin; d is the family's derive() of the problem."""
+    ns = re.search(r"^namespace (kgen_conv2d_epilogue_\w+_ns) \{", kernel_cu, re.M).group(1)
+    pointwise = section(kernel_cu, "#ifndef KGEN_POINTWISE_CUH", "namespace " + ns)
+    consts = section(kernel_cu, "// ---------------- compile-time problem description", "// ---------------- conv taps")
+    t = "true" if tf32 else "false"
+    if which == "grad_x":
+        body = section(kernel_cu, "// ---------------- backward: grad_x for few input channels",
+                       "// ---------------- backward: grad_w")
+        plan = d["FMA_DX"]
+        if "MAX_GROUPS" in plan:  # PXW consecutive pixels of a phase row a thread
+            blocks = f"(({n}LL * {plan['MAX_GROUPS']} + {plan['THREADS']} - 1) / {plan['THREADS']})"
+        else:  # PX pixels a thread
+            per = plan["THREADS"] * plan["PX"]
+            blocks = f"(({n}LL * {plan['MAX_PIXELS']} + {per} - 1) / {per})"
+        grid = f"{blocks} * fdx::NPH, G, 1"  # block b runs phase b % NPH
+        run = f"""
+  auto gz = read_floats("in0.bin"); auto w = read_floats("in1.bin");
+  std::vector<float> gx((size_t){n} * CI * XPLANE, NAN);
+  launch({grid}, fdx::THREADS, [&] {{ conv_grad_x_fma<{t}>(gz.data(), w.data(), gx.data(), {n}LL); }});
+  write_floats("out.bin", gx);"""
+    else:
+        head = section(kernel_cu, "// ---------------- forward ----------------", "// A[m][k] = x[n, g*CIG + ci")
+        body = head
+        nparams = len(d["conv_params"])
+        loads = "".join(f" auto p{i} = read_floats(\"in{3 + i}.bin\");" for i in range(nparams))
+        args = "".join(f"p{i}.data(), " for i in range(nparams))
+        run = f"""
+  auto x = read_floats("in0.bin"); auto w = read_floats("in1.bin"); auto b = read_floats("in2.bin");{loads}
+  std::vector<float> y((size_t){n} * CO * YPLANE, NAN);
+  launch(({n}LL * HO * ffw::GW + ffw::THREADS - 1) / ffw::THREADS, G * ffw::CTILES, 1, ffw::THREADS,
+         [&] {{ conv_forward_fma<{t}>(x.data(), w.data(), b.empty() ? nullptr : b.data(), {args}y.data(), nullptr, {n}LL); }});
+  write_floats("out.bin", y);"""
+    return (PRELUDE + pointwise + f"namespace {ns} {{\nusing ::tf32_rna;\n" + consts + body + "}\n" +
+            f"int main() {{\n  using namespace {ns};{run}\n  return 0;\n}}\n")
+
+
+def run_host(kernel_cu: str, which: str, d: dict, inputs: list[torch.Tensor], n: int, tf32: bool, work: Path) -> torch.Tensor:
+    """Compiles and runs host_source; returns the kernel's output as a flat float32 tensor."""
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "host.cpp").write_text(host_source(kernel_cu, which, d, n, tf32))
+    for k, t in enumerate(inputs):
+        t.detach().to(torch.float32).contiguous().numpy().tofile(work / f"in{k}.bin")
+    r = subprocess.run([GXX, "-std=c++20", "-O1", "-pthread", "host.cpp", "-o", "host"], cwd=work, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    r = subprocess.run(["./host"], cwd=work, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return torch.from_file(str(work / "out.bin"), size=(work / "out.bin").stat().st_size // 4, dtype=torch.float32)
