@@ -107,7 +107,8 @@ def diff_edits(text: str) -> dict[str, list[tuple[str, str]]]:
 # twenty-fourth: conv_wgrad_mi2_tf32 (TF32 grad_w from halo tiles: two m16 tiles a warp, no flush, splits bounded by
 # CHAIN_TILES; the TF32 steps of the 64->128 blocks 5-6% faster). Prepared (twenty-fourth session, CPU-checked only):
 # conv_fma_dx_rows (grad_x on FMAs with PXW = 4 consecutive pixels of a phase row a thread, each gz row's columns loaded
-# once for every column tap; docs/notes/conv2d_epilogue_plan.md).
+# once for every column tap) and conv_fma_forward (the forward with float32 FMAs for groups of at most 4 input channels:
+# 23 of the 49 CASES; docs/notes/conv2d_epilogue_plan.md). Both are checked on the CPU by tests/test_host_fma.py.
 EDITS: dict[str, dict[str, list[tuple[str, str]]]] = {
     "conv_noflush_tf32": CONV_NOFLUSH_TF32,
     "conv_fwd_halo_3ctas": CONV_FWD_HALO_3CTAS,
