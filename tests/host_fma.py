@@ -119,16 +119,18 @@ def host_source(kernel_cu: str, which: str, d: dict, n: int, tf32: bool) -> str:
         args = "".join(f"p{i}.data(), " for i in range(nparams))
         run = f"""
   auto x = read_floats("in0.bin"); auto w = read_floats("in1.bin"); auto b = read_floats("in2.bin");{loads}
-  std::vector<float> y((size_t){n} * CO * YPLANE, NAN);
+  std::vector<float> y((size_t){n} * CO * YPLANE, NAN), z(y.size(), NAN);
   launch(({n}LL * HO * ffw::GW + ffw::THREADS - 1) / ffw::THREADS, G * ffw::CTILES, 1, ffw::THREADS,
-         [&] {{ conv_forward_fma<{t}>(x.data(), w.data(), b.empty() ? nullptr : b.data(), {args}y.data(), nullptr, {n}LL); }});
-  write_floats("out.bin", y);"""
+         [&] {{ conv_forward_fma<{t}>(x.data(), w.data(), b.empty() ? nullptr : b.data(), {args}y.data(), z.data(), {n}LL); }});
+  write_floats("out.bin", y);
+  write_floats("z.bin", z);"""
     return (PRELUDE + pointwise + f"namespace {ns} {{\nusing ::tf32_rna;\n" + consts + body + "}\n" +
             f"int main() {{\n  using namespace {ns};{run}\n  return 0;\n}}\n")
 
 
 def run_host(kernel_cu: str, which: str, d: dict, inputs: list[torch.Tensor], n: int, tf32: bool, work: Path) -> torch.Tensor:
-    """Compiles and runs host_source; returns the kernel's output as a flat float32 tensor."""
+    """Compiles and runs host_source; returns the kernel's output as a flat float32 tensor (the forward also leaves z,
+    the conv output plus bias that training writes, in work/z.bin: read_floats(work / "z.bin"))."""
     work.mkdir(parents=True, exist_ok=True)
     (work / "host.cpp").write_text(host_source(kernel_cu, which, d, n, tf32))
     for k, t in enumerate(inputs):
@@ -137,4 +139,8 @@ def run_host(kernel_cu: str, which: str, d: dict, inputs: list[torch.Tensor], n:
     assert r.returncode == 0, r.stderr[-3000:]
     r = subprocess.run(["./host"], cwd=work, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
-    return torch.from_file(str(work / "out.bin"), size=(work / "out.bin").stat().st_size // 4, dtype=torch.float32)
+    return read_floats(work / "out.bin")
+
+
+def read_floats(path: Path) -> torch.Tensor:
+    return torch.from_file(str(path), size=path.stat().st_size // 4, dtype=torch.float32)
