@@ -502,7 +502,9 @@ def halo_w_plan(spec: Spec, gz_is_gy: bool) -> dict | None:
     th, tw, hh, hw, hcs = _halo_window(128, s.WO, (s.KH, s.KW), (s.SH, s.SW), (s.DH, s.DW), 4)
     ldp = th * tw + 4  # gz rows: 4 mod 32, an A fragment's 8 channels x 4 positions hit 32 banks
     stage = bm * ldp + HALO_CC * hcs
-    mi_tf32 = 2 if bm >= 32 else 1  # m16 tiles a warp with TF32 allowed (below)
+    # m16 tiles a warp with TF32 allowed (below); one at column strides > 1, where two spilled 48 bytes on sm_90 (a
+    # Conv2d(14->53, 3, stride (1, 2)) of a sweep: the halo offsets of 4*SW columns take registers)
+    mi_tf32 = 2 if bm >= 32 and s.SW == 1 else 1
     red = HALO_W_WARPS * 16 * mi_tf32 * nt * 8  # the warps' partial sums over positions, staged for the fixed-order add
     smem = max(2 * stage, red) * 4
     if smem > HALO_SMEM_MAX:
