@@ -1,5 +1,5 @@
-"""Runs conv2d_epilogue's float32-FMA kernels (grad_x with FMAs: FMA_DX; the FMA forward where a tree has it: FMA_FWD)
-on the CPU: their text is cut from the rendered kernel.cu at its section markers and compiled with g++ under a thin
+"""Runs conv2d_epilogue's float32-FMA kernels (grad_x with FMAs: FMA_DX; the FMA forward where a tree has it: FMA_FWD;
+the direct forward and grad_x of one input channel a group: DIRECT) on the CPU: their text is cut from the rendered kernel.cu at its section markers and compiled with g++ under a thin
 host shim (one std::thread a CUDA thread, a std::barrier for __syncthreads, blocks one at a time, shared memory as
 function statics), so their indexing is checked against PyTorch without a GPU (tests/test_host_fma.py). Only kernels
 made of plain C++ arithmetic and loads qualify: no tensor cores, cp.async or warp shuffles."""
@@ -111,6 +111,27 @@ def host_source(kernel_cu: str, which: str, d: dict, n: int, tf32: bool) -> str:
   std::vector<float> gx((size_t){n} * CI * XPLANE, NAN);
   launch({grid}, fdx::THREADS, [&] {{ conv_grad_x_fma<{t}>(gz.data(), w.data(), gx.data(), {n}LL); }});
   write_floats("out.bin", gx);"""
+    elif which in ("direct_forward", "direct_grad_x"):
+        head = section(kernel_cu, "// ---------------- forward ----------------", "// A[m][k] = x[n, g*CIG + ci")
+        direct = section(kernel_cu, "// ---------------- one input channel per group", "// grad_w partials")
+        body = head + direct
+        nparams = len(d["conv_params"])
+        if which == "direct_grad_x":
+            run = f"""
+  auto gz = read_floats("in0.bin"); auto w = read_floats("in1.bin");
+  std::vector<float> gx((size_t){n} * CI * XPLANE, NAN);
+  launch({n} * CI, (XPLANE + DW_THREADS - 1) / DW_THREADS, 1, DW_THREADS, [&] {{ direct_grad_x(gz.data(), w.data(), gx.data()); }});
+  write_floats("out.bin", gx);"""
+        else:
+            loads = "".join(f" auto p{i} = read_floats(\"in{3 + i}.bin\");" for i in range(nparams))
+            args = "".join(f"p{i}.data(), " for i in range(nparams))
+            run = f"""
+  auto x = read_floats("in0.bin"); auto w = read_floats("in1.bin"); auto b = read_floats("in2.bin");{loads}
+  std::vector<float> y((size_t){n} * CO * YPLANE, NAN), z(y.size(), NAN);
+  launch({n} * CO, (DSTRIPS * WO + DW_THREADS - 1) / DW_THREADS, 1, DW_THREADS,
+         [&] {{ direct_forward(x.data(), w.data(), b.empty() ? nullptr : b.data(), {args}y.data(), z.data()); }});
+  write_floats("out.bin", y);
+  write_floats("z.bin", z);"""
     else:
         head = section(kernel_cu, "// ---------------- forward ----------------", "// A[m][k] = x[n, g*CIG + ci")
         body = head

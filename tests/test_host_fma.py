@@ -9,7 +9,7 @@ from kgen.families import conv2d_epilogue as fam
 from kgen.problem import load_problem
 from kgen.spec import match
 from tests.helpers import tf32_round, write_problem
-from tests.host_fma import GXX, run_host
+from tests.host_fma import GXX, read_floats, run_host
 from tests.test_conv2d_epilogue import CASE, CONV_IN, conv, conv_epilogue_problem
 
 pytestmark = pytest.mark.skipif(GXX is None, reason="g++ not on PATH")
@@ -49,3 +49,47 @@ def test_grad_x_with_fmas_is_pytorchs_on_the_cpu(tmp_path, cid, src, tf32):
                                      stride=(spec.SH, spec.SW), padding=(spec.PH, spec.PW), dilation=(spec.DH, spec.DW),
                                      groups=spec.G)
     torch.testing.assert_close(out.reshape(ref.shape).double(), ref, atol=1e-4, rtol=1e-4)
+
+
+DIRECT = [
+    ("depthwise_hardswish", CASE["depthwise_hardswish"]),
+    ("pointwise_1x1_ci1_co70_chain", CASE["pointwise_1x1_ci1_co70_chain"]),
+    ("depthwise_x2_k5_s2_d2_p3_bias_param", conv_epilogue_problem(
+        (2, 6, 23, 27), conv(6, 12, 5, stride=2, dilation=2, padding=3, groups=6), CONV_IN + ["return torch.tanh(x) * self.s"],
+        ["self.s = nn.Parameter(torch.randn(out_channels, 1, 1))"])),
+    ("ci1_co53_k5_s32_d2", conv_epilogue_problem((3, 1, 27, 40), conv(1, 53, 5, stride=(3, 2), dilation=2), ["return self.conv(x)"])),
+]
+
+
+@pytest.mark.parametrize("cid,src", DIRECT, ids=[c[0] for c in DIRECT])
+def test_direct_kernels_are_pytorchs_on_the_cpu(tmp_path, cid, src):
+    """One input channel a group: the direct forward (y and the z training saves) and grad_x, float32 in both TF32 modes
+    (no rounding: the flag does not reach them)."""
+    import copy
+
+    spec, d, kernel = _problem(src)
+    if d["DIRECT"] is None:
+        pytest.fail(f"{cid} no longer takes the direct kernels: pick a case that does")
+    user: dict = {"__name__": "problem"}
+    exec(compile(src, "problem.py", "exec"), user)
+    torch.manual_seed(0)
+    model = user["Model"](*user["get_init_inputs"]())
+    n = 2
+    x = torch.randn(n, spec.CI, spec.H, spec.W)
+    params = dict(model.named_parameters())
+    bias = params["conv.bias"] if spec.HAS_BIAS else torch.empty(0)
+    extra = [params[p["name"]] for p in d["conv_params"]]
+    y = run_host(kernel, "direct_forward", d, [x, params["conv.weight"], bias, *extra], n, False, tmp_path / "f")
+    ref_model = copy.deepcopy(model).double()
+    with torch.no_grad():
+        ref = ref_model(x.double())
+        z_ref = ref_model.conv(x.double())
+    torch.testing.assert_close(y.reshape(ref.shape).double(), ref, atol=1e-4, rtol=1e-4)
+    z = read_floats(tmp_path / "f" / "z.bin").reshape(z_ref.shape).double()
+    torch.testing.assert_close(z, z_ref, atol=1e-4, rtol=1e-4)
+    gz = torch.randn(n, spec.CO, spec.HO, spec.WO)
+    gx = run_host(kernel, "direct_grad_x", d, [gz, params["conv.weight"]], n, False, tmp_path / "b")
+    gx_ref = torch.nn.grad.conv2d_input((n, spec.CI, spec.H, spec.W), params["conv.weight"].double(), gz.double(),
+                                        stride=(spec.SH, spec.SW), padding=(spec.PH, spec.PW), dilation=(spec.DH, spec.DW),
+                                        groups=spec.G)
+    torch.testing.assert_close(gx.reshape(gx_ref.shape).double(), gx_ref, atol=1e-4, rtol=1e-4)
