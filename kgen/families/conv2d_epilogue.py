@@ -619,14 +619,7 @@ def fma_dx_plan(spec: Spec, halo_dx: dict | None) -> dict | None:
     cigp = 1 << (cig - 1).bit_length()
     if direct(s) or halo_dx is not None or cig > FMA_DX_CIG_MAX or s.KH * s.KW * cigp > FMA_DX_WS_FLOATS:
         return None
-    phases = []
-    for rh in range(s.SH):
-        ih0 = (rh - s.PH) % s.SH
-        for rw in range(s.SW):
-            iw0 = (rw - s.PW) % s.SW
-            hp, wp = len(range(ih0, s.H, s.SH)), len(range(iw0, s.W, s.SW))
-            if hp and wp:
-                phases.append(dict(ih0=ih0, iw0=iw0, hp=hp, wp=wp))
+    phases = [dict(ih0=ih0, iw0=iw0, hp=hp, wp=wp) for _, _, ih0, iw0, hp, wp in stride_phases(s)]
     cog, most = s.CO // s.G, FMA_DX_WS_FLOATS // (s.KH * s.KW * cigp)
     # PX = 1: two pixels a thread took 166 registers on 7x7 taps (one: 106-118 at the kernel's 2-CTA bound)
     return dict(THREADS=256, PX=1, CIGP=cigp, CIG_MAX=FMA_DX_CIG_MAX, PHASES=phases,
@@ -757,19 +750,28 @@ def dgrad_phases(spec: Spec, cog: int) -> tuple[list[dict], list[tuple[int, int]
         return single
     phases: list[dict] = []
     table: list[tuple[int, int]] = []
+    for rh, rw, ih0, iw0, hp, wp in stride_phases(s):
+        khs = [kh for kh in range(s.KH) if kh * s.DH % s.SH == rh]
+        kws = [kw for kw in range(s.KW) if kw * s.DW % s.SW == rw]
+        taps = [(co, (kh * s.DH) << 16 | kw * s.DW) for co in range(cog) for kh in khs for kw in kws]
+        phases.append(dict(ih0=ih0, iw0=iw0, hp=hp, wp=wp, koff=len(table), k=len(taps)))
+        table += taps + [(0, 0)] * (ceil_div(len(taps), BK) * BK - len(taps))
+    return phases, table
+
+
+def stride_phases(spec: Spec) -> list[tuple[int, int, int, int, int, int]]:
+    """The stride phases of the input plane that hold pixels, in (rh, rw) order: (rh, rw, ih0, iw0, hp, wp), the rows
+    ih0 + SH*i (i < hp) with (ih + PH) % SH == rh, reached only by the taps kh with kh*DH % SH == rh, likewise columns."""
+    s = spec
+    out = []
     for rh in range(s.SH):
         ih0 = (rh - s.PH) % s.SH
-        khs = [kh for kh in range(s.KH) if kh * s.DH % s.SH == rh]
         for rw in range(s.SW):
             iw0 = (rw - s.PW) % s.SW
-            kws = [kw for kw in range(s.KW) if kw * s.DW % s.SW == rw]
             hp, wp = len(range(ih0, s.H, s.SH)), len(range(iw0, s.W, s.SW))
-            if hp == 0 or wp == 0:
-                continue
-            taps = [(co, (kh * s.DH) << 16 | kw * s.DW) for co in range(cog) for kh in khs for kw in kws]
-            phases.append(dict(ih0=ih0, iw0=iw0, hp=hp, wp=wp, koff=len(table), k=len(taps)))
-            table += taps + [(0, 0)] * (ceil_div(len(taps), BK) * BK - len(taps))
-    return phases, table
+            if hp and wp:
+                out.append((rh, rw, ih0, iw0, hp, wp))
+    return out
 
 
 def _names(spec: Spec) -> Names:
