@@ -1,8 +1,9 @@
-"""Runs conv2d_epilogue's float32-FMA kernels (grad_x with FMAs: FMA_DX; the FMA forward where a tree has it: FMA_FWD;
-the direct forward and grad_x of one input channel a group: DIRECT) on the CPU: their text is cut from the rendered kernel.cu at its section markers and compiled with g++ under a thin
-host shim (one std::thread a CUDA thread, a std::barrier for __syncthreads, blocks one at a time, shared memory as
-function statics), so their indexing is checked against PyTorch without a GPU (tests/test_host_fma.py). Only kernels
-made of plain C++ arithmetic and loads qualify: no tensor cores, cp.async or warp shuffles."""
+"""Runs conv2d_epilogue's kernels made of plain float32 FMAs on the CPU: grad_x with FMAs (FMA_DX), the FMA forward
+where a tree has it (FMA_FWD), and the direct forward and grad_x of one input channel a group (DIRECT). Their text is
+cut from the rendered kernel.cu at its section markers and compiled with g++ under a thin host shim (one std::thread a
+CUDA thread, a std::barrier for __syncthreads, blocks one at a time, shared memory as function statics), so their
+indexing is checked against PyTorch without a GPU (tests/test_host_fma.py). Only kernels of plain C++ arithmetic and
+loads qualify: no tensor cores, cp.async or warp shuffles."""
 
 import re
 import shutil
@@ -90,12 +91,34 @@ def section(src: str, start: str, end: str) -> str:
 
 
 def host_source(kernel_cu: str, which: str, d: dict, n: int, tf32: bool) -> str:
-    """A host program that runs kernel `which` ("grad_x" or "forward") of the rendered kernel.cu on inputs read from
-    in<k>.bin and writes out.bin; d is the family's derive() of the problem."""
+    """A host program that runs kernel `which` ("grad_x", "forward", "direct_forward" or "direct_grad_x") of the
+    rendered kernel.cu on inputs read from in<k>.bin (grad_x: gz, w; the forwards: x, w, bias, the program's
+    parameters) and writes out.bin (the forwards: y, and z to z.bin); d is the family's derive() of the problem."""
     ns = re.search(r"^namespace (kgen_conv2d_epilogue_\w+_ns) \{", kernel_cu, re.M).group(1)
     pointwise = section(kernel_cu, "#ifndef KGEN_POINTWISE_CUH", "namespace " + ns)
     consts = section(kernel_cu, "// ---------------- compile-time problem description", "// ---------------- conv taps")
+    forward = section(kernel_cu, "// ---------------- forward ----------------", "// A[m][k] = x[n, g*CIG + ci")
     t = "true" if tf32 else "false"
+
+    def grad_x(launch: str) -> str:
+        return f"""
+  auto gz = read_floats("in0.bin"); auto w = read_floats("in1.bin");
+  std::vector<float> gx((size_t){n} * CI * XPLANE, NAN);
+  {launch}
+  write_floats("out.bin", gx);"""
+
+    def forward_run(launch: str) -> str:
+        nparams = len(d["conv_params"])
+        loads = "".join(f" auto p{i} = read_floats(\"in{3 + i}.bin\");" for i in range(nparams))
+        args = "".join(f"p{i}.data(), " for i in range(nparams))
+        return f"""
+  auto x = read_floats("in0.bin"); auto w = read_floats("in1.bin"); auto b = read_floats("in2.bin");{loads}
+  const float* bias = b.empty() ? nullptr : b.data();
+  std::vector<float> y((size_t){n} * CO * YPLANE, NAN), z(y.size(), NAN);
+  {launch.replace("ARGS", args)}
+  write_floats("out.bin", y);
+  write_floats("z.bin", z);"""
+
     if which == "grad_x":
         body = section(kernel_cu, "// ---------------- backward: grad_x for few input channels",
                        "// ---------------- backward: grad_w")
@@ -105,46 +128,21 @@ def host_source(kernel_cu: str, which: str, d: dict, n: int, tf32: bool) -> str:
         else:  # PX pixels a thread
             per = plan["THREADS"] * plan["PX"]
             blocks = f"(({n}LL * {plan['MAX_PIXELS']} + {per} - 1) / {per})"
-        grid = f"{blocks} * fdx::NPH, G, 1"  # block b runs phase b % NPH
-        run = f"""
-  auto gz = read_floats("in0.bin"); auto w = read_floats("in1.bin");
-  std::vector<float> gx((size_t){n} * CI * XPLANE, NAN);
-  launch({grid}, fdx::THREADS, [&] {{ conv_grad_x_fma<{t}>(gz.data(), w.data(), gx.data(), {n}LL); }});
-  write_floats("out.bin", gx);"""
+        # block b runs phase b % NPH
+        run = grad_x(f"launch({blocks} * fdx::NPH, G, 1, fdx::THREADS, "
+                     f"[&] {{ conv_grad_x_fma<{t}>(gz.data(), w.data(), gx.data(), {n}LL); }});")
     elif which in ("direct_forward", "direct_grad_x"):
-        head = section(kernel_cu, "// ---------------- forward ----------------", "// A[m][k] = x[n, g*CIG + ci")
-        direct = section(kernel_cu, "// ---------------- one input channel per group", "// grad_w partials")
-        body = head + direct
-        nparams = len(d["conv_params"])
+        body = forward + section(kernel_cu, "// ---------------- one input channel per group", "// grad_w partials")
         if which == "direct_grad_x":
-            run = f"""
-  auto gz = read_floats("in0.bin"); auto w = read_floats("in1.bin");
-  std::vector<float> gx((size_t){n} * CI * XPLANE, NAN);
-  launch({n} * CI, (XPLANE + DW_THREADS - 1) / DW_THREADS, 1, DW_THREADS, [&] {{ direct_grad_x(gz.data(), w.data(), gx.data()); }});
-  write_floats("out.bin", gx);"""
+            run = grad_x(f"launch({n} * CI, (XPLANE + DW_THREADS - 1) / DW_THREADS, 1, DW_THREADS, "
+                         "[&] { direct_grad_x(gz.data(), w.data(), gx.data()); });")
         else:
-            loads = "".join(f" auto p{i} = read_floats(\"in{3 + i}.bin\");" for i in range(nparams))
-            args = "".join(f"p{i}.data(), " for i in range(nparams))
-            run = f"""
-  auto x = read_floats("in0.bin"); auto w = read_floats("in1.bin"); auto b = read_floats("in2.bin");{loads}
-  std::vector<float> y((size_t){n} * CO * YPLANE, NAN), z(y.size(), NAN);
-  launch({n} * CO, (DSTRIPS * WO + DW_THREADS - 1) / DW_THREADS, 1, DW_THREADS,
-         [&] {{ direct_forward(x.data(), w.data(), b.empty() ? nullptr : b.data(), {args}y.data(), z.data()); }});
-  write_floats("out.bin", y);
-  write_floats("z.bin", z);"""
+            run = forward_run(f"launch({n} * CO, (DSTRIPS * WO + DW_THREADS - 1) / DW_THREADS, 1, DW_THREADS, "
+                              "[&] { direct_forward(x.data(), w.data(), bias, ARGSy.data(), z.data()); });")
     else:
-        head = section(kernel_cu, "// ---------------- forward ----------------", "// A[m][k] = x[n, g*CIG + ci")
-        body = head
-        nparams = len(d["conv_params"])
-        loads = "".join(f" auto p{i} = read_floats(\"in{3 + i}.bin\");" for i in range(nparams))
-        args = "".join(f"p{i}.data(), " for i in range(nparams))
-        run = f"""
-  auto x = read_floats("in0.bin"); auto w = read_floats("in1.bin"); auto b = read_floats("in2.bin");{loads}
-  std::vector<float> y((size_t){n} * CO * YPLANE, NAN), z(y.size(), NAN);
-  launch(({n}LL * HO * ffw::GW + ffw::THREADS - 1) / ffw::THREADS, G * ffw::CTILES, 1, ffw::THREADS,
-         [&] {{ conv_forward_fma<{t}>(x.data(), w.data(), b.empty() ? nullptr : b.data(), {args}y.data(), z.data(), {n}LL); }});
-  write_floats("out.bin", y);
-  write_floats("z.bin", z);"""
+        body = forward
+        run = forward_run(f"launch(({n}LL * HO * ffw::GW + ffw::THREADS - 1) / ffw::THREADS, G * ffw::CTILES, 1, "
+                          f"ffw::THREADS, [&] {{ conv_forward_fma<{t}>(x.data(), w.data(), bias, ARGSy.data(), z.data(), {n}LL); }});")
     return (PRELUDE + pointwise + f"namespace {ns} {{\nusing ::tf32_rna;\n" + consts + body + "}\n" +
             f"int main() {{\n  using namespace {ns};{run}\n  return 0;\n}}\n")
 

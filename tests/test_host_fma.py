@@ -2,6 +2,8 @@
 (tests/host_fma.py: g++, one std::thread a CUDA thread) and must give PyTorch's result, in both TF32 modes, with
 poisoned outputs (NaN) so an element no thread writes fails."""
 
+import copy
+
 import pytest
 import torch
 
@@ -41,6 +43,19 @@ def _problem(src: str):
     return spec, family.derive(spec), emit.generate(path).files["kernel.cu"]
 
 
+def _forward_inputs(src: str, spec, d: dict, n: int):
+    """The problem's Model (seed 0), a random input of batch n and the forward kernels' inputs: x, the weight, the bias
+    (empty without one) and the program's parameters in the kernel's order."""
+    user: dict = {"__name__": "problem"}
+    exec(compile(src, "problem.py", "exec"), user)
+    torch.manual_seed(0)
+    model = user["Model"](*user["get_init_inputs"]())
+    x = torch.randn(n, spec.CI, spec.H, spec.W)
+    params = dict(model.named_parameters())
+    bias = params["conv.bias"] if spec.HAS_BIAS else torch.empty(0)
+    return model, x, [x, params["conv.weight"], bias, *[params[p["name"]] for p in d["conv_params"]]]
+
+
 @pytest.mark.parametrize("tf32", [False, True], ids=["fp32", "tf32"])
 @pytest.mark.parametrize("cid,src", GRAD_X, ids=[c[0] for c in GRAD_X])
 def test_grad_x_with_fmas_is_pytorchs_on_the_cpu(tmp_path, cid, src, tf32):
@@ -73,21 +88,12 @@ DIRECT = [
 def test_direct_kernels_are_pytorchs_on_the_cpu(tmp_path, cid, src):
     """One input channel a group: the direct forward (y and the z training saves) and grad_x, float32 in both TF32 modes
     (no rounding: the flag does not reach them)."""
-    import copy
-
     spec, d, kernel = _problem(src)
     if d["DIRECT"] is None:
         pytest.fail(f"{cid} no longer takes the direct kernels: pick a case that does")
-    user: dict = {"__name__": "problem"}
-    exec(compile(src, "problem.py", "exec"), user)
-    torch.manual_seed(0)
-    model = user["Model"](*user["get_init_inputs"]())
     n = 2
-    x = torch.randn(n, spec.CI, spec.H, spec.W)
-    params = dict(model.named_parameters())
-    bias = params["conv.bias"] if spec.HAS_BIAS else torch.empty(0)
-    extra = [params[p["name"]] for p in d["conv_params"]]
-    y = run_host(kernel, "direct_forward", d, [x, params["conv.weight"], bias, *extra], n, False, tmp_path / "f")
+    model, x, inputs = _forward_inputs(src, spec, d, n)
+    y = run_host(kernel, "direct_forward", d, inputs, n, False, tmp_path / "f")
     ref_model = copy.deepcopy(model).double()
     with torch.no_grad():
         ref = ref_model(x.double())
@@ -96,8 +102,8 @@ def test_direct_kernels_are_pytorchs_on_the_cpu(tmp_path, cid, src):
     z = read_floats(tmp_path / "f" / "z.bin").reshape(z_ref.shape).double()
     torch.testing.assert_close(z, z_ref, atol=1e-4, rtol=1e-4)
     gz = torch.randn(n, spec.CO, spec.HO, spec.WO)
-    gx = run_host(kernel, "direct_grad_x", d, [gz, params["conv.weight"]], n, False, tmp_path / "b")
-    gx_ref = torch.nn.grad.conv2d_input((n, spec.CI, spec.H, spec.W), params["conv.weight"].double(), gz.double(),
+    gx = run_host(kernel, "direct_grad_x", d, [gz, model.conv.weight], n, False, tmp_path / "b")
+    gx_ref = torch.nn.grad.conv2d_input((n, spec.CI, spec.H, spec.W), model.conv.weight.double(), gz.double(),
                                         stride=(spec.SH, spec.SW), padding=(spec.PH, spec.PW), dilation=(spec.DH, spec.DW),
                                         groups=spec.G)
     torch.testing.assert_close(gx.reshape(gx_ref.shape).double(), gx_ref, atol=1e-4, rtol=1e-4)
