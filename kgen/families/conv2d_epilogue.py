@@ -605,13 +605,14 @@ def direct(spec: Spec) -> dict | None:
 
 FMA_DX_CIG_MAX = 4  # grad_x with float32 FMAs (fma_dx_plan) for at most this many input channels a group
 FMA_DX_WS_FLOATS = 12288  # its staged weights: 48 KB of static shared memory
+FMA_DX_PXW = 4  # its input pixels a thread, consecutive in a phase row
 
 
 def fma_dx_plan(spec: Spec, halo_dx: dict | None) -> dict | None:
     """grad_x with float32 FMAs, where it is not a halo convolution (a stride, or out channels a group not a multiple
     of HALO_CC) and the group has at most FMA_DX_CIG_MAX input channels, so an implicit GEMM's n8 columns would be
     mostly padding while its loader gathers gz as often (the ResNet stem's 7x7 / 2 conv on 3 channels: 2.7 ms for
-    grad_x on the H200 against cuDNN's 0.48). Each thread: PX input pixels of one stride phase, every input channel of
+    grad_x on the H200 against cuDNN's 0.48). Each thread: PXW input pixels of a stride phase's row, every input channel of
     the group; the weights of CO_CHUNK out channels staged as [co][tap][CIGP] (CIGP: CIG padded to a vector width).
     None: the direct kernels, grad_x from halo tiles, or more input channels."""
     s = spec
@@ -621,10 +622,12 @@ def fma_dx_plan(spec: Spec, halo_dx: dict | None) -> dict | None:
         return None
     phases = [dict(ih0=ih0, iw0=iw0, hp=hp, wp=wp) for _, _, ih0, iw0, hp, wp in stride_phases(s)]
     cog, most = s.CO // s.G, FMA_DX_WS_FLOATS // (s.KH * s.KW * cigp)
-    # PX = 1: two pixels a thread took 166 registers on 7x7 taps (one: 106-118 at the kernel's 2-CTA bound)
-    return dict(THREADS=256, PX=1, CIGP=cigp, CIG_MAX=FMA_DX_CIG_MAX, PHASES=phases,
+    # PXW consecutive pixels of a phase row a thread: per (out channel, row tap) it loads the PXW + span columns they
+    # read once instead of PXW x (column taps) loads
+    pxw = FMA_DX_PXW
+    return dict(THREADS=256, PXW=pxw, CIGP=cigp, CIG_MAX=FMA_DX_CIG_MAX, PHASES=phases,
                 CO_CHUNK=ceil_div(cog, ceil_div(cog, most)),  # equal chunks of at most `most` out channels
-                MAX_PIXELS=max(ph["hp"] * ph["wp"] for ph in phases))
+                MAX_GROUPS=max(ph["hp"] * ceil_div(ph["wp"], pxw) for ph in phases))
 
 
 def tap_table(channels: int, spec: Spec, tile_k: int) -> list[tuple[int, int]]:
@@ -907,7 +910,7 @@ def describe(spec: Spec) -> list[str]:
         "one TF32 product per term when it is on (read at each call, as cuDNN). Training saves z = conv(x) + bias only when",
         f"the derived backward reads it ({'it does' if d['needs_z'] else 'it does not'} here).",
         f"backward: dL/dz elementwise with fixed-order per-channel sums (grad_bias, parameter gradients), grad_x " +
-        (f"with float32 FMAs ({d['CIG']} input channels a group: {d['FMA_DX']['PX']} pixels of a stride phase a thread)"
+        (f"with float32 FMAs ({d['CIG']} input channels a group: {d['FMA_DX']['PXW']} pixels of a stride phase's row a thread)"
          if d["FMA_DX"] else "from halo tiles (a stride-1 convolution of gz with the flipped weights)" if d["HALO_DX"]
          else f"as an implicit GEMM over (co, kh, kw) ({dg['BM']}x{dg['BN']} tiles)") + ",",
         f"grad_w as a GEMM over (n, oh, ow) split into",

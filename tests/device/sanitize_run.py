@@ -2,7 +2,7 @@
 running under compute-sanitizer: bash tests/device/sanitize.sh. A form is what decides which kernels run: for the pool
 family its (forward, backward) designs, walk and packing (kgen.families.pool.plan); for conv2d_epilogue which of its
 halo / folded / direct paths a case takes (derive); other families' first three cases. `--list` prints the
-selection without a GPU. KGEN_SANITIZE_MATCH=WORD keeps only the problems whose label contains WORD;
+selection without a GPU. KGEN_SANITIZE_MATCH="WORD ..." keeps only the problems whose label contains one of the WORDs;
 KGEN_SANITIZE_TF32=on|off|both (default both) sets torch.backends.cudnn.allow_tf32 for each run, so the conv family's
 TF32 and 3xTF32 kernels are both checked."""
 
@@ -49,8 +49,8 @@ def selection() -> dict[str, str]:
             if form not in seen:
                 seen.add(form)
                 problems[f"{fc.name}-{cid}"] = src
-    word = os.environ.get("KGEN_SANITIZE_MATCH", "")
-    return {label: src for label, src in problems.items() if word in label}
+    words = os.environ.get("KGEN_SANITIZE_MATCH", "").split()
+    return {label: src for label, src in problems.items() if not words or any(w in label for w in words)}
 
 
 def main() -> None:
