@@ -3,7 +3,7 @@ where a tree has it (FMA_FWD), and the direct forward and grad_x of one input ch
 cut from the rendered kernel.cu at its section markers and compiled with g++ under a thin host shim (one std::thread a
 CUDA thread, a std::barrier for __syncthreads, blocks one at a time, shared memory as function statics), so their
 indexing is checked against PyTorch without a GPU (tests/test_host_fma.py). Only kernels of plain C++ arithmetic and
-loads qualify: no tensor cores, cp.async or warp shuffles."""
+loads qualify (and __syncwarp, a std::barrier a warp): no tensor cores, cp.async or warp shuffles."""
 
 import re
 import shutil
@@ -15,7 +15,9 @@ import torch
 GXX = shutil.which("g++")
 
 PRELUDE = r"""
+#include <algorithm>
 #include <barrier>
+#include <memory>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -36,7 +38,10 @@ struct float2 { float x, y; };
 struct HostIdx { unsigned x, y, z; };
 thread_local HostIdx threadIdx, blockIdx;
 static std::barrier<>* g_bar = nullptr;
+static std::vector<std::barrier<>*> g_warp_bars;  // one a warp of the running block
 inline void __syncthreads() { g_bar->arrive_and_wait(); }
+inline void __syncwarp(unsigned = 0xffffffffu) { g_warp_bars[threadIdx.x / 32]->arrive_and_wait(); }
+inline float4 make_float4(float a, float b, float c, float d) { return float4{a, b, c, d}; }
 template <class T> inline T __ldg(const T* p) { return *p; }
 inline float __uint_as_float(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
 inline uint32_t __float_as_uint(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
@@ -54,6 +59,12 @@ void launch(unsigned gx, unsigned gy, unsigned gz, unsigned threads, F body) {
       for (unsigned bx = 0; bx < gx; ++bx) {
         std::barrier<> bar(threads);
         g_bar = &bar;
+        std::vector<std::unique_ptr<std::barrier<>>> warps;
+        g_warp_bars.clear();
+        for (unsigned w0 = 0; w0 < threads; w0 += 32) {
+          warps.push_back(std::make_unique<std::barrier<>>(std::min(32u, threads - w0)));
+          g_warp_bars.push_back(warps.back().get());
+        }
         std::vector<std::thread> ts;
         for (unsigned t = 0; t < threads; ++t)
           ts.emplace_back([&, t] {
@@ -61,6 +72,7 @@ void launch(unsigned gx, unsigned gy, unsigned gz, unsigned threads, F body) {
             blockIdx = HostIdx{bx, by, bz};
             body();
             bar.arrive_and_drop();  // a thread that left lets the others pass later barriers
+            g_warp_bars[t / 32]->arrive_and_drop();
           });
         for (auto& th : ts) th.join();
       }

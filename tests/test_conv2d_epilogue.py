@@ -661,6 +661,28 @@ def test_dev_template_edits_still_apply(tmp_path):
     assert [emit.generate_problem(load_problem(p), str(p)).files for p in paths] == default
 
 
+def test_few_channel_bench_problems_take_the_fma_kernels(tmp_path):
+    """bench_conv2d_epilogue.py --few: each problem matches this family; a group of at most 4 input channels runs its
+    forward and grad_x on float32 FMAs (the ResNet stem: 16 out channels a thread), 12 channels stay on the GEMMs."""
+    from tests.bench.bench_conv2d_epilogue import problem_sources
+
+    sources = problem_sources(few=True)
+    assert len(sources) == 5
+    for name, src in sources.items():
+        path = tmp_path / f"{name}.py"
+        path.write_text(src)
+        problem = load_problem(path)
+        family, spec = match(problem)
+        assert family is fam, name
+        d = fam.derive(spec)
+        few = d["CIG"] <= fam.FMA_FWD_CIG_MAX
+        assert (d["FMA_FWD"] is not None) is few, name
+        assert (d["FMA_DX"] is not None) is (few and d["HALO_DX"] is None), name
+        if name == "c3_stem_relu_maxpool":
+            assert d["FMA_FWD"]["CT"] == 16 and d["FMA_FWD"]["CTILES"] == 4 and d["FMA_DX"] is not None
+        emit.generate_problem(problem, str(path))
+
+
 def test_dev_diff_edits_are_exact_replacements():
     """tests/dev/variants.py reads a `git diff` of templates as (old, new) pairs: context and removed lines, context
     and added lines, per hunk and file; a diff touching anything outside templates/ is refused."""
@@ -1058,6 +1080,7 @@ def test_random_draws_reach_the_folded_first_stages():
     assert sum(d["FUSED_POOL"] is not None for d in plans) >= 3
     assert sum(d["FUSED_REDUCE"] is not None for d in plans) >= 3
     assert sum(d["FMA_DX"] is not None and len(d["FMA_DX"]["PHASES"]) > 1 for d in plans) >= 2
+    assert sum(d["FMA_FWD"] is not None for d in plans) >= 3
 
 
 def test_reductions_not_over_exactly_hw_are_not_folded():
@@ -1255,6 +1278,20 @@ def test_one_input_channel_per_group_takes_the_direct_kernels(cid, direct):
         assert plan["ROWS"] == (ro - 1) * spec.SH + (spec.KH - 1) * spec.DH + 1
 
 
+def _fma_path(shape, cv, fma: bool, key: str, kernel_name: str, halo_key: str):
+    """The FMA plan `key` of a relu problem; asserts it is taken exactly when `fma` and that the rendered launcher then
+    calls `<kernel_name>_fma`, else the GEMM `<kernel_name>` (unless a halo or direct kernel runs)."""
+    src = conv_epilogue_problem(shape, cv, CONV_IN + ["return torch.relu(x)"])
+    spec = _spec(src)
+    d = fam.derive(spec)
+    plan = d[key]
+    assert (plan is not None) is fma
+    kernel = emit.generate(write_problem(src)).files["kernel.cu"]
+    assert (f"{kernel_name}_fma<true><<<" in kernel) is fma
+    assert (f"{kernel_name}<true><<<" in kernel) is (not fma and not d[halo_key] and not d["DIRECT"])
+    return spec, d, plan
+
+
 @pytest.mark.parametrize("shape,cv,fma", [
     ((2, 3, 37, 45), conv(3, 16, 7, stride=2, padding=3), True),  # a stem: strided, so no halo grad_x
     ((2, 4, 20, 19), conv(4, 12, 3), True),  # 12 out channels: not whole 8-channel gz chunks
@@ -1267,13 +1304,7 @@ def test_few_input_channels_take_grad_x_with_fmas(shape, cv, fma):
     """grad_x of a group with at most FMA_DX_CIG_MAX input channels, where it is no halo convolution, runs on float32
     FMAs (an n8 GEMM tile would be mostly padding); its stride phases cover every input pixel exactly once, and its
     weight chunks are equal and fit the static shared memory."""
-    src = conv_epilogue_problem(shape, cv, CONV_IN + ["return torch.relu(x)"])
-    spec = _spec(src)
-    d = fam.derive(spec)
-    plan = d["FMA_DX"]
-    assert (plan is not None) is fma
-    kernel = emit.generate(write_problem(src)).files["kernel.cu"]
-    assert ("conv_grad_x_fma<true><<<" in kernel) is fma and ("conv_grad_x<true><<<" in kernel) is (not fma and not d["HALO_DX"] and not d["DIRECT"])
+    spec, d, plan = _fma_path(shape, cv, fma, "FMA_DX", "conv_grad_x", "HALO_DX")
     if not fma:
         return
     pixels = sorted((ph["ih0"] + spec.SH * i, ph["iw0"] + spec.SW * j)
@@ -1285,6 +1316,26 @@ def test_few_input_channels_take_grad_x_with_fmas(shape, cv, fma):
     assert plan["CIGP"] in (1, 2, 4) and cig <= plan["CIGP"] < 2 * cig
     chunks = -(-cog // plan["CO_CHUNK"])
     assert plan["CO_CHUNK"] * kk * plan["CIGP"] <= fam.FMA_DX_WS_FLOATS and chunks * plan["CO_CHUNK"] - cog < chunks
+
+
+@pytest.mark.parametrize("shape,cv,fma", [
+    ((2, 3, 37, 45), conv(3, 16, 7, stride=2, padding=3), True),  # a stem
+    ((2, 8, 21, 22), conv(8, 12, 5, stride=(2, 3), padding=(1, 2), dilation=(2, 1), groups=4), True),  # 2 a group
+    ((2, 4, 20, 19), conv(4, 3, 3), True),  # 3 out channels: a tile of 4
+    ((2, 8, 20, 19), conv(8, 16, 3), False),  # the halo forward
+    ((2, 5, 19, 18), conv(5, 12, 3, stride=2), False),  # 5 input channels: the implicit GEMM
+    ((2, 4, 20, 19), conv(4, 4, 3, groups=4), False),  # depthwise: the direct kernels
+])
+def test_few_input_channels_take_the_forward_with_fmas(shape, cv, fma):
+    """The forward of a group with at most FMA_FWD_CIG_MAX input channels and no halo forward runs on float32 FMAs
+    (an implicit GEMM's k would be a few taps padded to BK); its tiles cover every output column and channel."""
+    spec, d, plan = _fma_path(shape, cv, fma, "FMA_FWD", "conv_forward", "HALO")
+    if not fma:
+        return
+    assert plan["CT"] == (16 if d["COG"] > 8 else 8 if d["COG"] > 4 else 4) and plan["CTILES"] * plan["CT"] >= d["COG"] > (plan["CTILES"] - 1) * plan["CT"]
+    assert plan["GW"] * plan["PXW"] >= spec.WO > (plan["GW"] - 1) * plan["PXW"]
+    assert plan["SPAN"] == (plan["PXW"] - 1) * spec.SW + (spec.KW - 1) * spec.DW + 1
+    assert d["CIG"] * spec.KH * spec.KW * plan["CT"] + plan["THREADS"] * plan["PXW"] <= fam.FMA_FWD_SMEM_FLOATS
 
 
 @pytest.mark.parametrize("init,expr", [

@@ -74,6 +74,39 @@ def test_grad_x_with_fmas_is_pytorchs_on_the_cpu(tmp_path, cid, src, tf32):
     torch.testing.assert_close(out.reshape(ref.shape).double(), ref, atol=1e-4, rtol=1e-4)
 
 
+FORWARD = [
+    ("c3_relu_bias_param", conv_epilogue_problem((2, 3, 13, 18), conv(3, 16, 3), CONV_IN + ["return torch.relu(x) + self.bias"],
+                                                 ["self.bias = nn.Parameter(torch.randn(out_channels, 1, 1))"])),
+    ("stem_k7s2p3_lone", conv_epilogue_problem((2, 3, 23, 30), conv(3, 10, 7, stride=2, padding=3), ["return self.conv(x)"])),
+    ("g2_ci2_k3x2_s21_d12_p12_tanh", conv_epilogue_problem((2, 4, 15, 17), conv(4, 6, (3, 2), stride=(2, 1), dilation=(1, 2),
+                                                                                padding=(1, 2), groups=2),
+                                                           CONV_IN + ["return torch.tanh(x)"])),
+    ("ci1_co3_nobias_scale", conv_epilogue_problem((2, 2, 9, 31), conv(2, 3, 5, padding=2, bias=False),
+                                                   CONV_IN + ["return x * 0.5"])),
+    # three 16-channel tiles, the last one partial; one image's 5 x 7 plane: a warp's slots span both images
+    ("c3_co40_tiles_small_plane", conv_epilogue_problem((3, 3, 7, 9), conv(3, 40, 3), CONV_IN + ["return torch.relu(x)"])),
+]
+
+
+@pytest.mark.parametrize("tf32", [False, True], ids=["fp32", "tf32"])
+@pytest.mark.parametrize("cid,src", FORWARD, ids=[c[0] for c in FORWARD])
+def test_forward_with_fmas_is_pytorchs_on_the_cpu(tmp_path, cid, src, tf32):
+    spec, d, kernel = _problem(src)
+    if d["FMA_FWD"] is None:
+        pytest.fail(f"{cid} no longer takes the forward with FMAs: pick a case that does")
+    n = 2
+    model, x, inputs = _forward_inputs(src, spec, d, n)
+    out = run_host(kernel, "forward", d, inputs, n, tf32, tmp_path)
+    rnd = tf32_round if tf32 else (lambda t: t)
+    ref_model = copy.deepcopy(model).double()
+    with torch.no_grad():
+        ref_model.conv.weight.copy_(rnd(model.conv.weight))
+        ref = ref_model(rnd(x).double())
+    torch.testing.assert_close(out.reshape(ref.shape).double(), ref, atol=1e-4, rtol=1e-4)
+    z = read_floats(tmp_path / "z.bin").reshape(n, spec.CO, spec.HO, spec.WO).double()  # what training saves
+    torch.testing.assert_close(z, ref_model.conv(rnd(x).double()), atol=1e-4, rtol=1e-4)
+
+
 DIRECT = [
     ("depthwise_hardswish", CASE["depthwise_hardswish"]),
     ("pointwise_1x1_ci1_co70_chain", CASE["pointwise_1x1_ci1_co70_chain"]),

@@ -448,6 +448,41 @@ def halo_warp_tile(cols: int, chunks: int) -> dict:
     return gemm_tile(1 << 20, cols, max_warps_n=1 if chunks >= HALO_WIDE_MIN_CHUNKS else 2)
 
 
+FMA_FWD_CIG_MAX = 4  # the forward with float32 FMAs (fma_fwd_plan) for at most this many input channels a group
+FMA_FWD_PXW = 4  # its consecutive output columns a thread (the store transpose assumes 4: one float4 a thread)
+FMA_FWD_UNROLL_TAPS = 8  # its kernel rows are unrolled up to this many taps (KH * KW)
+FMA_FWD_SMEM_FLOATS = 12288  # its staged weights (one out-channel tile of a group) and store transpose: 48 KB static
+
+
+def fma_fwd_plan(spec: Spec, halo: dict | None) -> dict | None:
+    """The forward with float32 FMAs where the group has at most FMA_FWD_CIG_MAX input channels (a 3-channel image:
+    the halo forward needs multiples of HALO_CC): the implicit GEMM's k would be CIG*KH*KW taps padded to BK, loaded
+    one 4-byte copy an element with its index math, for a few dozen MACs an output. Each thread computes PXW
+    consecutive output columns of one row for CT out channels (a channel tile, grid.y), loading each input row's SPAN
+    columns once per (input channel, kernel row) and the tile's weights from shared memory as float4s; its outputs
+    go out through a per-warp transpose in shared memory, so a warp stores row segments (lanes 4 columns apart made
+    the training forward, which writes z too, 3x slower than the inference forward on the H200). CT = 16 where the
+    group has more than 8 out channels: each loaded value feeds 16 FMAs (H200, TF32 off: the ResNet stem's forward
+    0.424 ms at CT = 8, 0.349 at 16, the implicit GEMM's 0.381). None: the direct kernels, the halo forward, more
+    input channels, or weights beyond the shared memory."""
+    s = spec
+    cig, cog = s.CI // s.G, s.CO // s.G
+    threads, pxw = 256, FMA_FWD_PXW
+    # the widest tile whose weights fit beside the store transpose (threads * pxw floats)
+    ct = next((c for c in (16, 8, 4) if c <= max(4, 1 << (cog - 1).bit_length())
+               and cig * s.KH * s.KW * c + threads * pxw <= FMA_FWD_SMEM_FLOATS), None)
+    if direct(s) or halo is not None or cig > FMA_FWD_CIG_MAX or ct is None:
+        return None
+    ctiles = ceil_div(cog, ct)
+    if s.G * ctiles > 65535:
+        return None
+    # kernel rows unrolled only for small kernels: unrolled, ptxas hoists every row's loads (7x7 taps spilled about
+    # 900 bytes on sm_90)
+    kh_unroll = s.KH if s.KH * s.KW <= FMA_FWD_UNROLL_TAPS else 1
+    return dict(THREADS=threads, PXW=pxw, CT=ct, CTILES=ctiles, CIG_MAX=FMA_FWD_CIG_MAX, GW=ceil_div(s.WO, pxw),
+                SPAN=(pxw - 1) * s.SW + (s.KW - 1) * s.DW + 1, KH_UNROLL=kh_unroll)
+
+
 def halo_plan(spec: Spec, tile: dict) -> dict | None:
     """The forward from halo tiles, or None where the implicit GEMM's im2col loader stays: the direct path, input
     channels per group not a multiple of HALO_CC, a stride larger than the kernel (the halo would stage skipped
@@ -797,6 +832,7 @@ def derive(spec: Spec) -> dict:
     tiles = dict(F=gemm_tile(1 << 20, cog), HF=halo_tile(s), D=halo_dx_tile(s), WG=gemm_tile(cog, cig * s.KH * s.KW))
     phases, phase_table = dgrad_phases(s, cog)
     halo = halo_plan(s, tiles["HF"])
+    fma_fwd = fma_fwd_plan(s, halo)
     halo_dx = halo_dx_plan(s, tiles["D"])
     fma_dx = fma_dx_plan(s, halo_dx)
     fold = fold_pool_backward(s)
@@ -833,7 +869,7 @@ def derive(spec: Spec) -> dict:
         red_outputs=red_outputs, TAB_MAX=TAB_MAX, DIRECT=direct(s),
         tap_tables=[dict(name="X", entries=tap_table(cig, s, max(BK, tiles["WG"]["BN"]))),
                     dict(name="Y", entries=[] if halo_dx or fma_dx else phase_table)],
-        HALO=halo, HALO_DX=halo_dx, FMA_DX=fma_dx, HALO_W=halo_w, EPI_PAD=EPI_PAD,
+        HALO=halo, FMA_FWD=fma_fwd, HALO_DX=halo_dx, FMA_DX=fma_dx, HALO_W=halo_w, EPI_PAD=EPI_PAD,
         HALO_FWD_SMEM=halo_fwd_smem(halo, tiles["HF"], epi_staged), EPI_STAGED=epi_staged,
         EPI_TAP_UNROLL=tap_unroll(s.KH, s.KW),
         # the halo loaders' 16-byte copies read x (forward) and, where grad_x reads it directly, grad_y aligned
@@ -903,6 +939,8 @@ def describe(spec: Spec) -> list[str]:
     how = (f"from halo tiles ({h['TH']}x{h['TW']} positions x {hf['BN']} out channels a CTA of {hf['WARPS_M']}x"
            f"{hf['WARPS_N']} warps, the input rows they read staged once per {h['CC']}-channel chunk, {h['STAGES']} "
            f"buffer(s))" if h else
+           f"float32 FMAs ({d['CIG']} input channels a group: {d['FMA_FWD']['PXW']} output columns x {d['FMA_FWD']['CT']} "
+           f"out channels a thread)" if d["FMA_FWD"] else
            f"an implicit GEMM (positions x {d['COG']} out channels x {d['KTOT']}) per group, {f['BM']}x{f['BN']} CTA tiles")
     return program + [
         f"forward: {how},",

@@ -107,9 +107,9 @@ def diff_edits(text: str) -> dict[str, list[tuple[str, str]]]:
 # twenty-fourth: conv_wgrad_mi2_tf32 (TF32 grad_w from halo tiles: two m16 tiles a warp, no flush, splits bounded by
 # CHAIN_TILES; the TF32 steps of the 64->128 blocks 5-6% faster). Shipped in the twenty-fifth: conv_fma_dx_rows (grad_x
 # on FMAs with PXW = 4 consecutive pixels of a phase row a thread, each gz row's columns loaded once for every column
-# tap; the ResNet stem's step 2.318 -> 1.711 ms, TF32 off). Prepared (twenty-fourth session): conv_fma_forward (the
-# forward with float32 FMAs for groups of at most 4 input channels; docs/notes/conv2d_epilogue_plan.md), checked on
-# the CPU by tests/test_host_fma.py.
+# tap; the ResNet stem's step 2.318 -> 1.711 ms, TF32 off) and conv_fma_forward (the forward with float32 FMAs for
+# groups of at most 4 input channels, reworked on the device: stores through a per-warp transpose, 16 out channels a
+# thread; docs/notes/conv2d_epilogue_plan.md).
 EDITS: dict[str, dict[str, list[tuple[str, str]]]] = {
     "conv_noflush_tf32": CONV_NOFLUSH_TF32,
     "conv_fwd_halo_3ctas": CONV_FWD_HALO_3CTAS,
