@@ -2,7 +2,7 @@
 timed by `kgen.bench` (eager, torch.compile and kgen; forward and forward+backward), with TF32 off and with TF32
 allowed (PyTorch's default for convolutions), appending rows to a CSV.
 
-Usage (GPU): python tests/bench/bench_conv2d_epilogue.py [--quick] [--no-compile] [--per-call] [--mode off|tf32|both] [--blocks]
+Usage (GPU): python tests/bench/bench_conv2d_epilogue.py [--quick] [--no-compile] [--per-call] [--mode off|tf32|both] [--blocks | --few]
              [--only NAME ...] [--csv docs/bench.csv]
 """
 
@@ -28,6 +28,19 @@ PROBLEMS = {
                                   (64, 24, 160, 160)),
     "depthwise3x3": ("96, 96, 3, padding=1, groups=96", "return y", [], (32, 96, 160, 160)),
     "conv3x5_dilated": ("64, 128, (3, 5), dilation=(2, 1)", "return y", [], (16, 64, 200, 160)),
+}
+
+# Few input channels (an image's 3, or 12): the groups the halo forward does not take (channels not a multiple of 8);
+# the forward and grad_x run on float32 FMAs where a group has at most 4 (docs/PERFORMANCE.md, twenty-fourth and
+# twenty-fifth sessions). `--few` times these.
+FEW_CHANNELS = {
+    "c3_relu_bias": ("3, 16, 3", "return torch.relu(y) + self.bias", ["self.bias = nn.Parameter(torch.randn(16, 1, 1))"],
+                     (128, 3, 256, 256)),
+    "c3_stem_relu_maxpool": ("3, 64, 7, stride=2, padding=3", "return F.max_pool2d(torch.relu(y), 3, 2, 1)", [],
+                             (32, 3, 224, 224)),
+    "c3_tanh_global_avg": ("3, 16, 3", "return F.adaptive_avg_pool2d(torch.tanh(y), 1).flatten(1)", [], (128, 3, 256, 256)),
+    "c12_gelu": ("12, 32, 3", "return F.gelu(y)", [], (64, 12, 192, 192)),
+    "c3_mul_leaky_gelu_small": ("3, 16, 3", "return F.gelu(F.leaky_relu(y * 2.0))", [], (128, 3, 32, 32)),
 }
 
 
@@ -57,13 +70,14 @@ def get_init_inputs():
 '''
 
 
-def problem_sources(blocks: bool = False) -> dict[str, str]:
-    """name -> problem file text: issue 9's examples (PROBLEMS), or (blocks) the KernelBench-style level-2 blocks of
-    tests/test_conv2d_epilogue.py (BENCH_STYLE_BLOCKS)."""
+def problem_sources(blocks: bool = False, few: bool = False) -> dict[str, str]:
+    """name -> problem file text: issue 9's examples (PROBLEMS), (blocks) the KernelBench-style level-2 blocks of
+    tests/test_conv2d_epilogue.py (BENCH_STYLE_BLOCKS), or (few) the few-input-channel problems (FEW_CHANNELS)."""
     if blocks:
         from tests.test_conv2d_epilogue import BENCH_STYLE_BLOCKS, conv_epilogue_problem
         return {b[0]: conv_epilogue_problem(*b[1:]) for b in BENCH_STYLE_BLOCKS}
-    return {n: problem_source(*PROBLEMS[n]) for n in PROBLEMS}
+    table = FEW_CHANNELS if few else PROBLEMS
+    return {n: problem_source(*table[n]) for n in table}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,10 +86,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--blocks", action="store_true",
                     help="time the KernelBench-style level-2 blocks (tests/test_conv2d_epilogue.py's BENCH_STYLE_BLOCKS) "
                          "instead of the issue's examples")
+    ap.add_argument("--few", action="store_true", help="time the few-input-channel problems (FEW_CHANNELS) instead")
     a = ap.parse_args(argv)
     warmup, reps = bench.samples(a.quick)
     modes = {"off": [False], "tf32": [True], "both": [False, True]}[a.mode]
-    sources = problem_sources(a.blocks)
+    sources = problem_sources(a.blocks, a.few)
     unknown = sorted(set(a.only or ()) - set(sources))
     if unknown:
         ap.error(f"unknown problem(s) {unknown}; choose from {sorted(sources)}")
