@@ -27,6 +27,8 @@ GRAD_X = FMA_DX_CASES + [
                                                                    groups=4), CONV_IN + ["return torch.relu(x)"])),
     ("s12_k2x3_g2_co3", conv_epilogue_problem((3, 4, 17, 19), conv(4, 6, (2, 3), stride=(1, 2), groups=2), CONV_IN + ["return x"])),
     ("s3_k1_phases_without_taps", conv_epilogue_problem((2, 3, 10, 11), conv(3, 5, 1, stride=3), CONV_IN + ["return x"])),
+    # 'same' with an even kernel: one more row and column of padding after than before
+    ("same_k4_co5_asymmetric_pad", conv_epilogue_problem((2, 3, 12, 15), conv(3, 5, 4, padding="same"), CONV_IN + ["return x"])),
 ]
 
 
@@ -56,6 +58,16 @@ def _forward_inputs(src: str, spec, d: dict, n: int):
     return model, x, [x, params["conv.weight"], bias, *[params[p["name"]] for p in d["conv_params"]]]
 
 
+def _grad_x_reference(spec, n: int, w: torch.Tensor, gz: torch.Tensor) -> torch.Tensor:
+    """dL/dx of the convolution for dL/dz = gz, in w's dtype: autograd through F.conv2d on the input padded by
+    (PH, PH_END, PW, PW_END), so 'same' with an even kernel (one more row / column after) is covered."""
+    x = torch.zeros(n, spec.CI, spec.H, spec.W, dtype=w.dtype, requires_grad=True)
+    xp = torch.nn.functional.pad(x, (spec.PW, spec.PW_END, spec.PH, spec.PH_END))
+    z = torch.nn.functional.conv2d(xp, w, stride=(spec.SH, spec.SW), dilation=(spec.DH, spec.DW), groups=spec.G)
+    assert z.shape == gz.shape
+    return torch.autograd.grad(z, x, gz)[0]
+
+
 @pytest.mark.parametrize("tf32", [False, True], ids=["fp32", "tf32"])
 @pytest.mark.parametrize("cid,src", GRAD_X, ids=[c[0] for c in GRAD_X])
 def test_grad_x_with_fmas_is_pytorchs_on_the_cpu(tmp_path, cid, src, tf32):
@@ -68,9 +80,7 @@ def test_grad_x_with_fmas_is_pytorchs_on_the_cpu(tmp_path, cid, src, tf32):
     w = torch.randn(spec.CO, spec.CI // spec.G, spec.KH, spec.KW)
     out = run_host(kernel, "grad_x", d, [gz, w], n, tf32, tmp_path)
     rnd = tf32_round if tf32 else (lambda t: t)
-    ref = torch.nn.grad.conv2d_input((n, spec.CI, spec.H, spec.W), rnd(w).double(), rnd(gz).double(),
-                                     stride=(spec.SH, spec.SW), padding=(spec.PH, spec.PW), dilation=(spec.DH, spec.DW),
-                                     groups=spec.G)
+    ref = _grad_x_reference(spec, n, rnd(w).double(), rnd(gz).double())
     torch.testing.assert_close(out.reshape(ref.shape).double(), ref, atol=1e-4, rtol=1e-4)
 
 
@@ -136,7 +146,5 @@ def test_direct_kernels_are_pytorchs_on_the_cpu(tmp_path, cid, src):
     torch.testing.assert_close(z, z_ref, atol=1e-4, rtol=1e-4)
     gz = torch.randn(n, spec.CO, spec.HO, spec.WO)
     gx = run_host(kernel, "direct_grad_x", d, [gz, model.conv.weight], n, False, tmp_path / "b")
-    gx_ref = torch.nn.grad.conv2d_input((n, spec.CI, spec.H, spec.W), model.conv.weight.double(), gz.double(),
-                                        stride=(spec.SH, spec.SW), padding=(spec.PH, spec.PW), dilation=(spec.DH, spec.DW),
-                                        groups=spec.G)
+    gx_ref = _grad_x_reference(spec, n, model.conv.weight.double(), gz.double())
     torch.testing.assert_close(gx.reshape(gx_ref.shape).double(), gx_ref, atol=1e-4, rtol=1e-4)
