@@ -3,7 +3,8 @@ where a tree has it (FMA_FWD), and the direct forward and grad_x of one input ch
 cut from the rendered kernel.cu at its section markers and compiled with g++ under a thin host shim (one std::thread a
 CUDA thread, a std::barrier for __syncthreads, blocks one at a time, shared memory as function statics), so their
 indexing is checked against PyTorch without a GPU (tests/test_host_fma.py). Only kernels of plain C++ arithmetic and
-loads qualify (and __syncwarp, a std::barrier a warp): no tensor cores, cp.async or warp shuffles."""
+loads qualify (__syncwarp is a std::barrier a warp, __shfl_xor_sync an exchange through a static array between two of
+them): no tensor cores or cp.async."""
 
 import re
 import shutil
@@ -42,6 +43,16 @@ static std::vector<std::barrier<>*> g_warp_bars;  // one a warp of the running b
 inline void __syncthreads() { g_bar->arrive_and_wait(); }
 inline void __syncwarp(unsigned = 0xffffffffu) { g_warp_bars[threadIdx.x / 32]->arrive_and_wait(); }
 inline float4 make_float4(float a, float b, float c, float d) { return float4{a, b, c, d}; }
+static float g_shfl[1024];  // a shuffle's exchange slots, one a thread of the running block
+inline float __shfl_xor_sync(unsigned, float v, int s) {
+  const unsigned t = threadIdx.x;
+  g_shfl[t] = v;
+  __syncwarp();
+  const float r = g_shfl[t ^ static_cast<unsigned>(s)];
+  __syncwarp();
+  return r;
+}
+using std::isnan;
 template <class T> inline T __ldg(const T* p) { return *p; }
 inline float __uint_as_float(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
 inline uint32_t __float_as_uint(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
