@@ -142,16 +142,11 @@ def host_source(kernel_cu: str, which: str, d: dict, n: int, tf32: bool) -> str:
   write_floats("out.bin", y);
   write_floats("z.bin", z);"""
 
-    if which == "grad_x":
-        body = section(kernel_cu, "// ---------------- backward: grad_x for few input channels",
-                       "// ---------------- backward: grad_w")
-        plan = d["FMA_DX"]
-        if "MAX_GROUPS" in plan:  # PXW consecutive pixels of a phase row a thread
-            blocks = f"(({n}LL * {plan['MAX_GROUPS']} + {plan['THREADS']} - 1) / {plan['THREADS']})"
-        else:  # PX pixels a thread
-            per = plan["THREADS"] * plan["PX"]
-            blocks = f"(({n}LL * {plan['MAX_PIXELS']} + {per} - 1) / {per})"
-        # block b runs phase b % NPH
+    if which == "grad_x":  # (the forward section holds load_floats, which it uses)
+        body = forward + section(kernel_cu, "// ---------------- backward: grad_x for few input channels",
+                                 "// ---------------- backward: grad_w")
+        # block b runs phase b % NPH, as the launcher's grid
+        blocks = f"(({n}LL * {d['FMA_DX']['MAX_GROUPS']} + fdx::THREADS - 1) / fdx::THREADS)"
         run = grad_x(f"launch({blocks} * fdx::NPH, G, 1, fdx::THREADS, "
                      f"[&] {{ conv_grad_x_fma<{t}>(gz.data(), w.data(), gx.data(), {n}LL); }});")
     elif which in ("direct_forward", "direct_grad_x"):

@@ -7,6 +7,7 @@ import copy
 import pytest
 import torch
 
+from kgen import emit
 from kgen.families import conv2d_epilogue as fam
 from kgen.problem import load_problem
 from kgen.spec import match
@@ -41,8 +42,15 @@ def test_the_cases_reach_grad_x_with_fmas():
 def _problem(src: str):
     path = write_problem(src)
     family, spec = match(load_problem(path))
-    from kgen import emit
     return spec, family.derive(spec), emit.generate(path).files["kernel.cu"]
+
+
+def _taking(cid: str, src: str, key: str, what: str):
+    """_problem of a case that must take the kernel path derive()[key] (`what`, for the failure message)."""
+    spec, d, kernel = _problem(src)
+    if d[key] is None:
+        pytest.fail(f"{cid} no longer takes {what}: pick a case that does")
+    return spec, d, kernel
 
 
 def _forward_inputs(src: str, spec, d: dict, n: int):
@@ -71,9 +79,7 @@ def _grad_x_reference(spec, n: int, w: torch.Tensor, gz: torch.Tensor) -> torch.
 @pytest.mark.parametrize("tf32", [False, True], ids=["fp32", "tf32"])
 @pytest.mark.parametrize("cid,src", GRAD_X, ids=[c[0] for c in GRAD_X])
 def test_grad_x_with_fmas_is_pytorchs_on_the_cpu(tmp_path, cid, src, tf32):
-    spec, d, kernel = _problem(src)
-    if d["FMA_DX"] is None:
-        pytest.fail(f"{cid} no longer takes grad_x with FMAs: pick a case that does")
+    spec, d, kernel = _taking(cid, src, "FMA_DX", "grad_x with FMAs")
     n = 2
     torch.manual_seed(0)
     gz = torch.randn(n, spec.CO, spec.HO, spec.WO)
@@ -101,9 +107,7 @@ FORWARD = [
 @pytest.mark.parametrize("tf32", [False, True], ids=["fp32", "tf32"])
 @pytest.mark.parametrize("cid,src", FORWARD, ids=[c[0] for c in FORWARD])
 def test_forward_with_fmas_is_pytorchs_on_the_cpu(tmp_path, cid, src, tf32):
-    spec, d, kernel = _problem(src)
-    if d["FMA_FWD"] is None:
-        pytest.fail(f"{cid} no longer takes the forward with FMAs: pick a case that does")
+    spec, d, kernel = _taking(cid, src, "FMA_FWD", "the forward with FMAs")
     n = 2
     model, x, inputs = _forward_inputs(src, spec, d, n)
     out = run_host(kernel, "forward", d, inputs, n, tf32, tmp_path)
@@ -131,9 +135,7 @@ DIRECT = [
 def test_direct_kernels_are_pytorchs_on_the_cpu(tmp_path, cid, src):
     """One input channel a group: the direct forward (y and the z training saves) and grad_x, float32 in both TF32 modes
     (no rounding: the flag does not reach them)."""
-    spec, d, kernel = _problem(src)
-    if d["DIRECT"] is None:
-        pytest.fail(f"{cid} no longer takes the direct kernels: pick a case that does")
+    spec, d, kernel = _taking(cid, src, "DIRECT", "the direct kernels")
     n = 2
     model, x, inputs = _forward_inputs(src, spec, d, n)
     y = run_host(kernel, "direct_forward", d, inputs, n, False, tmp_path / "f")
