@@ -4,7 +4,8 @@ cut from the rendered kernel.cu at its section markers and compiled with g++ und
 CUDA thread, a std::barrier for __syncthreads, blocks one at a time, shared memory as function statics), so their
 indexing is checked against PyTorch without a GPU (tests/test_host_fma.py). Only kernels of plain C++ arithmetic and
 loads qualify (__syncwarp is a std::barrier a warp, __shfl_xor_sync an exchange through a static array between two of
-them): no tensor cores or cp.async."""
+them): no tensor cores or cp.async. `forward_fold` runs the FMA forward with a first reduction over (H, W) folded in
+(FUSED_REDUCE) and its finishing kernel."""
 
 import re
 import shutil
@@ -114,13 +115,18 @@ def section(src: str, start: str, end: str) -> str:
 
 
 def host_source(kernel_cu: str, which: str, d: dict, n: int, tf32: bool) -> str:
-    """A host program that runs kernel `which` ("grad_x", "forward", "direct_forward" or "direct_grad_x") of the
-    rendered kernel.cu on inputs read from in<k>.bin (grad_x: gz, w; the forwards: x, w, bias, the program's
-    parameters) and writes out.bin (the forwards: y, and z to z.bin); d is the family's derive() of the problem."""
+    """A host program that runs kernel `which` ("grad_x", "forward", "forward_fold", "direct_forward" or
+    "direct_grad_x") of the rendered kernel.cu on inputs read from in<k>.bin (grad_x: gz, w; the forwards: x, w, bias,
+    the program's parameters) and writes out.bin (the forwards: y, and z to z.bin; forward_fold: the first stage's
+    output, one value an (image, channel)); d is the family's derive() of the problem."""
     ns = re.search(r"^namespace (kgen_conv2d_epilogue_\w+_ns) \{", kernel_cu, re.M).group(1)
     pointwise = section(kernel_cu, "#ifndef KGEN_POINTWISE_CUH", "namespace " + ns)
     consts = section(kernel_cu, "// ---------------- compile-time problem description", "// ---------------- conv taps")
-    forward = section(kernel_cu, "// ---------------- forward ----------------", "// A[m][k] = x[n, g*CIG + ci")
+    # the forward on FMAs, after the folded reduction's constants and helpers where the problem folds one (its FOLD
+    # instance uses them; kept by every body that includes the forward)
+    fold = (section(kernel_cu, "// ---------------- folded reduction", "// ---------------- forward ----------------")
+            if "\n// ---------------- folded reduction" in kernel_cu else "")
+    forward = fold + section(kernel_cu, "// ---------------- forward ----------------", "// A[m][k] = x[n, g*CIG + ci")
     t = "true" if tf32 else "false"
 
     def grad_x(launch: str) -> str:
@@ -157,10 +163,24 @@ def host_source(kernel_cu: str, which: str, d: dict, n: int, tf32: bool) -> str:
         else:
             run = forward_run(f"launch({n} * CO, (DSTRIPS * WO + DW_THREADS - 1) / DW_THREADS, 1, DW_THREADS, "
                               "[&] { direct_forward(x.data(), w.data(), bias, ARGSy.data(), z.data()); });")
+    elif which == "forward_fold":
+        body = forward
+        assert not d["stages"][0]["params"], "the host fold run passes no stage parameters"
+        nparams = len(d["conv_params"])
+        loads = "".join(f" auto p{i} = read_floats(\"in{3 + i}.bin\");" for i in range(nparams))
+        args = "".join(f"p{i}.data(), " for i in range(nparams))
+        run = f"""
+  auto x = read_floats("in0.bin"); auto w = read_floats("in1.bin"); auto b = read_floats("in2.bin");{loads}
+  const float* bias = b.empty() ? nullptr : b.data();
+  std::vector<float> part((size_t){n} * CO * FOLD_TILES, NAN), out((size_t){n} * CO, NAN);
+  launch({n} * FOLD_TILES, G * ffw::CTILES, 1, ffw::THREADS,
+         [&] {{ conv_forward_fma<{t}, true>(x.data(), w.data(), bias, {args}part.data(), nullptr, {n}LL); }});
+  launch(({n} * CO + 7) / 8, 1, 1, 256, [&] {{ fold_finish(part.data(), out.data(), {n}LL * CO); }});
+  write_floats("out.bin", out);"""
     else:
         body = forward
         run = forward_run(f"launch(({n}LL * HO * ffw::GW + ffw::THREADS - 1) / ffw::THREADS, G * ffw::CTILES, 1, "
-                          f"ffw::THREADS, [&] {{ conv_forward_fma<{t}>(x.data(), w.data(), bias, ARGSy.data(), z.data(), {n}LL); }});")
+                          f"ffw::THREADS, [&] {{ conv_forward_fma<{t}, false>(x.data(), w.data(), bias, ARGSy.data(), z.data(), {n}LL); }});")
     return (PRELUDE + pointwise + f"namespace {ns} {{\nusing ::tf32_rna;\n" + consts + body + "}\n" +
             f"int main() {{\n  using namespace {ns};{run}\n  return 0;\n}}\n")
 

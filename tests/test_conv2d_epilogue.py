@@ -847,6 +847,7 @@ def check_training_step(model, new, run, shape) -> None:
 FUSED = ["halo_ci16_avgpool2_divisor_scale_c", "halo_ci8_maxpool_ceil_even_sum", "halo_ci8_small_tanh_maxpool"]
 FUSED_REDUCE = ["halo_ci8_k5s2_gelu_global_avg_squeeze", "halo_ci16_amax_hw_keepdim_scale_c", "halo_groups2_relu_sum_hw",
                 "halo_ci8_tanh_adaptive_max1_flatten", "halo_ci8_dil_amin_hw_sub"]
+FMA_FUSED_REDUCE = ["mean_keepdim_flatten_bias_c", "adaptive_max_global_view_mul"]  # folded into the forward on FMAs
 
 
 @pytest.mark.parametrize("cid", FUSED)
@@ -1084,10 +1085,35 @@ def test_random_draws_reach_the_folded_first_stages():
 
 
 def test_reductions_not_over_exactly_hw_are_not_folded():
-    for cid in ("mean_keepdim_flatten_bias_c", "maxpool_dilated_ceil_amax_hw_relu", "halo_ci8_maxpool_ceil_even_sum"):
-        assert fam.derive(_spec(CASE[cid]))["FUSED_REDUCE"] is None, cid  # not halo, or pooling first
+    for cid in ("maxpool_dilated_ceil_amax_hw_relu", "halo_ci8_maxpool_ceil_even_sum"):
+        assert fam.derive(_spec(CASE[cid]))["FUSED_REDUCE"] is None, cid  # pooling first
+    src = conv_epilogue_problem((2, 6, 20, 19), conv(6, 12, 3), CONV_IN + ["return x.mean(dim=(2, 3))"])
+    assert fam.derive(_spec(src))["FUSED_REDUCE"] is None  # 6 input channels: neither the halo forward nor FMAs
     src = CASE["halo_groups2_relu_sum_hw"].replace("x.sum(dim=[2, 3])", "x.sum(dim=[1, 2, 3])")
     assert fam.derive(_spec(src))["FUSED_REDUCE"] is None
+
+
+@pytest.mark.parametrize("body,folds", [
+    ("return x.mean(dim=(2, 3))", True),
+    ("return F.adaptive_avg_pool2d(torch.tanh(x), 1).flatten(1)", True),
+    ("return torch.amax(x, dim=(2, 3), keepdim=True) * 2.0", True),
+    ("return x.sum(dim=(1, 2, 3))", False),  # the channel dim too
+    ("return x.mean(dim=2)", False),
+    ("return F.max_pool2d(x, 2).sum(dim=(2, 3))", False),  # pooling first
+])
+def test_few_input_channels_fold_a_reduction_over_hw_into_the_fma_forward(body, folds):
+    """Inference folds a first reduction over exactly (H, W) into the forward on FMAs (FUSED_REDUCE without HALO):
+    one partial per (image, channel, block of THREADS column groups), so TILES blocks an image."""
+    src = conv_epilogue_problem((2, 3, 80, 45), conv(3, 16, 3, stride=(1, 2)), CONV_IN + [body])
+    spec = _spec(src)
+    d = fam.derive(spec)
+    assert d["FMA_FWD"] is not None and d["HALO"] is None
+    r = d["FUSED_REDUCE"]
+    assert (r is not None) is folds
+    if folds:
+        assert r["TILES"] == -(-spec.HO * d["FMA_FWD"]["GW"] // d["FMA_FWD"]["THREADS"]) == 2
+        kernel = emit.generate(write_problem(src)).files["kernel.cu"]
+        assert "conv_forward_fma<true, true><<<" in kernel and "fold_finish<<<" in kernel
 
 
 DX_HALO = [cid for cid in CASE if cid.startswith("dxhalo_")] + ["halo_ci16_pad1_relu", "halo_ci24_k3x5_dil21_bias_c"]
@@ -1130,7 +1156,7 @@ def test_backward_kernels_are_chosen_by_shape(cid):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("tf32", [False, True], ids=["tf32_off", "tf32_on"])
-@pytest.mark.parametrize("cid", FUSED + FUSED_REDUCE)
+@pytest.mark.parametrize("cid", FUSED + FUSED_REDUCE + FMA_FUSED_REDUCE)
 def test_inference_with_pooling_folded_in_matches(cid, tf32):
     """Without autograd the first pooling stage, or a first reduction over (H, W), runs inside the convolution's
     kernel. Training folds the pooling too, in the kernel built with SAVE (the numerics tier checks its gradients);
@@ -1161,7 +1187,8 @@ def setup_ops(source: str):
 
 
 SAVE_POLICY_CASES = ["relu", "maxpool2_mish", "halo_ci16_avgpool2_divisor_scale_c", "halo_ci8_k5s2_gelu_global_avg_squeeze",
-                     "adaptive_max_5x3_scale_logsumexp_c", "halo_ci8_tanh_adaptive_max1_flatten"]
+                     "adaptive_max_5x3_scale_logsumexp_c", "halo_ci8_tanh_adaptive_max1_flatten",
+                     "mean_keepdim_flatten_bias_c"]  # the last: a mean folded into the forward on FMAs
 
 
 def test_training_extra_work_is_derived_from_what_the_backward_reads():
@@ -1169,7 +1196,7 @@ def test_training_extra_work_is_derived_from_what_the_backward_reads():
     training forward writes more than inference: z, a stage's pre-program value or winners, or an unfolded reduction."""
     for cid in SAVE_POLICY_CASES:
         assert fam.derive(_spec(CASE[cid]))["TRAIN_EXTRA"], cid
-    for cid in ["lone_conv", "halo_ci24_k3x5_dil21_bias_c", "mean_keepdim_flatten_bias_c", "adaptive_avg_4xNone_sum_batch"]:
+    for cid in ["lone_conv", "halo_ci24_k3x5_dil21_bias_c", "adaptive_avg_4xNone_sum_batch"]:
         d = fam.derive(_spec(CASE[cid]))
         assert not d["TRAIN_EXTRA"] and not d["needs_z"] and not d["FUSED_REDUCE"], cid
     binding = emit.generate(write_problem(CASE["relu"])).files["binding.cpp"]
@@ -1287,7 +1314,7 @@ def _fma_path(shape, cv, fma: bool, key: str, kernel_name: str, halo_key: str):
     plan = d[key]
     assert (plan is not None) is fma
     kernel = emit.generate(write_problem(src)).files["kernel.cu"]
-    assert (f"{kernel_name}_fma<true><<<" in kernel) is fma
+    assert (f"{kernel_name}_fma<true" in kernel) is fma
     assert (f"{kernel_name}<true><<<" in kernel) is (not fma and not d[halo_key] and not d["DIRECT"])
     return spec, d, plan
 

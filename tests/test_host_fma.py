@@ -121,6 +121,42 @@ def test_forward_with_fmas_is_pytorchs_on_the_cpu(tmp_path, cid, src, tf32):
     torch.testing.assert_close(z, ref_model.conv(rnd(x).double()), atol=1e-4, rtol=1e-4)
 
 
+FOLD = [
+    # global average after tanh, then a view: one tile an image
+    ("c3_tanh_global_avg", conv_epilogue_problem((2, 3, 13, 18), conv(3, 16, 3),
+                                                 CONV_IN + ["return F.adaptive_avg_pool2d(torch.tanh(x), 1).flatten(1)"])),
+    # sum with a program after it, 40 channels (three 16-channel tiles, the last partial), 2 tiles an image
+    ("c3_co40_sum_sigmoid_2tiles", conv_epilogue_problem((2, 3, 40, 42), conv(3, 40, 3, padding=1),
+                                                         CONV_IN + ["return torch.sigmoid(x.sum(dim=(2, 3)) * 0.01)"])),
+    # amax over groups of 2 input channels with strides and dilation
+    ("g2_amax_s2_d2", conv_epilogue_problem((2, 4, 19, 23), conv(4, 10, 3, stride=2, dilation=(1, 2), groups=2),
+                                            CONV_IN + ["return torch.amax(torch.relu(x), dim=(2, 3))"])),
+    # amin on a 5 x 7 plane (10 column groups: most of the block's threads past the image), keepdim
+    ("c3_amin_small_plane_keepdim", conv_epilogue_problem((2, 3, 7, 9), conv(3, 6, 3, bias=False),
+                                                          CONV_IN + ["return torch.amin(x * 2.0, dim=(2, 3), keepdim=True)"])),
+]
+
+
+@pytest.mark.parametrize("tf32", [False, True], ids=["fp32", "tf32"])
+@pytest.mark.parametrize("cid,src", FOLD, ids=[c[0] for c in FOLD])
+def test_forward_with_fmas_and_a_folded_reduction_is_pytorchs_on_the_cpu(tmp_path, cid, src, tf32):
+    """Inference with a first reduction over (H, W) folded into the forward on FMAs: per-(image, channel, tile)
+    partials combined by fold_finish, which applies the stage's program; against the problem's Model in float64."""
+    spec, d, kernel = _problem(src)
+    if d["FMA_FWD"] is None or d["FUSED_REDUCE"] is None:
+        pytest.fail(f"{cid} no longer folds its reduction into the forward with FMAs: pick a case that does")
+    n = 2
+    model, x, inputs = _forward_inputs(src, spec, d, n)
+    out = run_host(kernel, "forward_fold", d, inputs, n, tf32, tmp_path)
+    rnd = tf32_round if tf32 else (lambda t: t)
+    ref_model = copy.deepcopy(model).double()
+    with torch.no_grad():
+        ref_model.conv.weight.copy_(rnd(model.conv.weight))
+        ref = ref_model(rnd(x).double())
+    assert ref.numel() == n * spec.CO
+    torch.testing.assert_close(out.double(), ref.reshape(-1), atol=1e-4, rtol=1e-4)
+
+
 DIRECT = [
     ("depthwise_hardswish", CASE["depthwise_hardswish"]),
     ("pointwise_1x1_ci1_co70_chain", CASE["pointwise_1x1_ci1_co70_chain"]),

@@ -595,23 +595,28 @@ FOLD_REDUCE_PASS = {"sum": "SUM", "mean": "SUM", "amax": "MAX", "amin": "MIN", "
 FOLD_NEUTRAL = {"SUM": "0.0f", "MAX": "-INFINITY", "MIN": "INFINITY"}
 
 
-def fused_reduce(spec: Spec, halo: dict | None, tile: dict) -> dict | None:
-    """Inference (no autograd) through the halo forward with a first stage that reduces over (H, W) folded in: sum,
-    mean, amax, amin, and adaptive avg / max pooling to 1x1 (window_max; inference needs only its value, the maximum
-    with NaN propagating). Each CTA stages its program outputs in shared memory and reduces each channel's TH x TW of
-    them in a fixed order (LANES threads a channel, then a shuffle tree) into one partial per (image, channel, tile);
-    a finishing kernel combines an (image, channel)'s TILES partials in a fixed order and applies the stage's
-    program. The conv output never reaches global memory, and the result is the same bits run to run."""
-    if halo is None or not spec.stages:
+def fused_reduce(spec: Spec, halo: dict | None, tile: dict, fma_fwd: dict | None = None) -> dict | None:
+    """Inference (no autograd) through the halo forward, or the forward on FMAs, with a first stage that reduces over
+    (H, W) folded in: sum, mean, amax, amin, and adaptive avg / max pooling to 1x1 (window_max; inference needs only
+    its value, the maximum with NaN propagating). Halo: each CTA stages its program outputs in shared memory and
+    reduces each channel's TH x TW of them in a fixed order (LANES threads a channel, then a shuffle tree) into one
+    partial per (image, channel, tile). FMAs: a block covers THREADS column groups of one image (TILES blocks an
+    image); each thread combines its columns in order, then a shuffle tree and the warps in order. A finishing kernel
+    combines an (image, channel)'s TILES partials in a fixed order and applies the stage's program. The conv output
+    never reaches global memory, and the result is the same bits run to run."""
+    if (halo is None and fma_fwd is None) or not spec.stages:
         return None
     st = spec.stages[0]
     if st.kind != "reduce" or st.op not in FOLD_REDUCE_PASS or st.dims != (2, 3):
         return None
+    fold = FOLD_REDUCE_PASS[st.op]
+    if halo is None:
+        tiles = ceil_div(spec.HO * fma_fwd["GW"], fma_fwd["THREADS"])
+        return dict(PASS=fold, NEUTRAL=FOLD_NEUTRAL[fold], MEAN=st.op == "mean", TILES=tiles)
     lanes = tile["THREADS"] // tile["BN"]
     if tile["THREADS"] % tile["BN"] or lanes > 32 or lanes & (lanes - 1) or (halo["TH"] * halo["TW"]) % lanes:
         return None
     ps = tile["BN"] * halo["TH"] * halo["TW"] * 4  # the CTA's program outputs, staged for the reduction
-    fold = FOLD_REDUCE_PASS[st.op]
     return dict(PASS=fold, NEUTRAL=FOLD_NEUTRAL[fold], MEAN=st.op == "mean", LANES=lanes,
                 TILES=halo["TILES_H"] * halo["TILES_W"], SMEM_BYTES=max(halo["SMEM_BYTES"], ps), TAP_UNROLL=spec.KW)
 
@@ -850,7 +855,7 @@ def derive(spec: Spec) -> dict:
             nsaved += int(wanted)
         stages.append(ctx)
         first += len(st.params)
-    freduce = fused_reduce(s, halo, tiles["HF"])
+    freduce = fused_reduce(s, halo, tiles["HF"], fma_fwd)
     epi_staged = bool(halo) and s.WO % 8 != 0  # rows that split 32-byte sectors (EPI_PAD's comment)
     # Does the training forward do more than inference's: write z, a stage's pre-program value or winners, or give up
     # the folded reduction? Then the binding's save policy may leave that work to the backward (recompute).
