@@ -1116,7 +1116,15 @@ def test_few_input_channels_fold_a_reduction_over_hw_into_the_fma_forward(body, 
         assert "conv_forward_fma<true, true><<<" in kernel and "fold_finish<<<" in kernel
 
 
-DX_HALO = [cid for cid in CASE if cid.startswith("dxhalo_")] + ["halo_ci16_pad1_relu", "halo_ci24_k3x5_dil21_bias_c"]
+# halo-shaped grad_x (stride 1, out channels a multiple of 8) of at most FMA_DX_CIG_MAX input channels a group: on FMAs
+DX_FEW = ["dxhalo_ci3_co16_k3_pad3_relu", "dxhalo_groups2_co16_k3x2_pad02_tanh"]
+DX_HALO = [cid for cid in CASE if cid.startswith("dxhalo_") and cid not in DX_FEW] + ["halo_ci16_pad1_relu", "halo_ci24_k3x5_dil21_bias_c"]
+
+
+@pytest.mark.parametrize("cid", DX_FEW)
+def test_few_input_channels_take_grad_x_on_fmas_over_halo_tiles(cid):
+    d = fam.derive(_spec(CASE[cid]))
+    assert d["CIG"] <= fam.FMA_DX_CIG_MAX and d["FMA_DX"] is not None and d["HALO_DX"] is None
 
 
 @pytest.mark.parametrize("cid", DX_HALO)
@@ -1143,11 +1151,14 @@ def test_grad_x_from_halo_tiles_is_the_convolution_of_gz_with_flipped_weights(ci
 
 @pytest.mark.parametrize("cid", ["relu", "halo_groups2_k5_s2_p2_silu", "dilation2_stride2_softplus", "maxpool2_mish"])
 def test_backward_kernels_are_chosen_by_shape(cid):
-    """grad_x from halo tiles only at stride 1 with out channels per group a multiple of 8; grad_w from halo tiles
+    """grad_x on FMAs for groups of at most 4 input channels, else from halo tiles only at stride 1 with out channels
+    per group a multiple of 8; grad_w from halo tiles
     wherever the stride is within the kernel; a first pooling stage's backward folded into the adjoint kernel."""
     spec = _spec(CASE[cid])
     d = fam.derive(spec)
-    assert (d["HALO_DX"] is not None) == ((spec.SH, spec.SW) == (1, 1) and (spec.CO // spec.G) % 8 == 0)
+    few = spec.CI // spec.G <= fam.FMA_DX_CIG_MAX and not d["DIRECT"]  # grad_x on FMAs (fma_dx_plan)
+    assert (d["FMA_DX"] is not None) == few
+    assert (d["HALO_DX"] is not None) == ((spec.SH, spec.SW) == (1, 1) and (spec.CO // spec.G) % 8 == 0 and not few)
     assert (d["HALO_W"] is not None) == (spec.SH <= spec.KH and spec.SW <= spec.KW)
     assert (d["FOLD_POOL_BWD"] is not None) == bool(spec.stages and spec.stages[0].kind == "pool")
     if d["FOLD_POOL_BWD"]:
@@ -1323,7 +1334,7 @@ def _fma_path(shape, cv, fma: bool, key: str, kernel_name: str, halo_key: str):
     ((2, 3, 37, 45), conv(3, 16, 7, stride=2, padding=3), True),  # a stem: strided, so no halo grad_x
     ((2, 4, 20, 19), conv(4, 12, 3), True),  # 12 out channels: not whole 8-channel gz chunks
     ((2, 8, 21, 22), conv(8, 12, 5, stride=(2, 3), padding=(1, 2), dilation=(2, 1), groups=4), True),  # 2 a group
-    ((2, 4, 20, 19), conv(4, 16, 3), False),  # grad_x from halo tiles
+    ((2, 4, 20, 19), conv(4, 16, 3), True),  # halo-shaped: FMAs all the same
     ((2, 5, 19, 18), conv(5, 12, 3, stride=2), False),  # 5 input channels: the GEMM's columns are used
     ((2, 4, 20, 19), conv(4, 4, 3, groups=4), False),  # depthwise: the direct kernels
 ])

@@ -654,7 +654,7 @@ def fma_dx_plan(spec: Spec, halo_dx: dict | None) -> dict | None:
     mostly padding while its loader gathers gz as often (the ResNet stem's 7x7 / 2 conv on 3 channels: 2.7 ms for
     grad_x on the H200 against cuDNN's 0.48). Each thread: PXW input pixels of a stride phase's row, every input channel of
     the group; the weights of CO_CHUNK out channels staged as [co][tap][CIGP] (CIGP: CIG padded to a vector width).
-    None: the direct kernels, grad_x from halo tiles, or more input channels."""
+    None: the direct kernels, grad_x from halo tiles (derive() asks first, passing None), or more input channels."""
     s = spec
     cig = s.CI // s.G
     cigp = 1 << (cig - 1).bit_length()
@@ -838,8 +838,10 @@ def derive(spec: Spec) -> dict:
     phases, phase_table = dgrad_phases(s, cog)
     halo = halo_plan(s, tiles["HF"])
     fma_fwd = fma_fwd_plan(s, halo)
-    halo_dx = halo_dx_plan(s, tiles["D"])
-    fma_dx = fma_dx_plan(s, halo_dx)
+    # few input channels a group: grad_x on FMAs even where it is a halo convolution (the halo GEMM's n8 columns would
+    # be mostly padding)
+    fma_dx = fma_dx_plan(s, None)
+    halo_dx = None if fma_dx else halo_dx_plan(s, tiles["D"])
     fold = fold_pool_backward(s)
     write_gz = bool(s.program.live()) or fold is not None  # gz in kgen's workspace; else the backward reads gy
     halo_w = halo_w_plan(s, not write_gz)
