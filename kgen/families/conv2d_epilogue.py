@@ -54,6 +54,7 @@ WG_TARGET_CTAS = 1024  # grad_w: split (n, oh, ow) until about this many CTAs ru
 WG_MIN_CHUNK = 256  # ... but never below this many (n, oh, ow) values per split
 EB_TARGET_BLOCKS = 1024  # the adjoint kernel: about this many (channel, image range) blocks
 DIRECT_TAPS_MAX = 49  # one input channel per group and at most this many taps: the direct kernels (registers per tap)
+DIRECT_DX_TAPS_4BLOCKS = 16  # direct grad_x: at most this many taps at 4 blocks an SM (its register cap: 64)
 DIRECT_ROWS_OUT = 8  # output rows per thread of the direct forward (one load of each input row serves them all)
 TAB_MAX = 4096  # tap tables (8 bytes a tap, two per module) up to this many taps live in constant memory
 
@@ -640,7 +641,11 @@ def direct(spec: Spec) -> dict | None:
         return None
     strips = ceil_div(spec.HO, DIRECT_ROWS_OUT)
     ro = ceil_div(spec.HO, strips)
-    return dict(RO=ro, ROWS=(ro - 1) * spec.SH + (spec.KH - 1) * spec.DH + 1, STRIPS=ceil_div(spec.HO, ro))
+    # grad_x unrolls every tap: 4 blocks an SM (64 registers) up to DIRECT_DX_TAPS_4BLOCKS taps, else 2 (a 5 x 5 kernel
+    # at stride (2, 2), dilation 3 spilled 4 bytes at 64)
+    dx_blocks = 4 if spec.KH * spec.KW <= DIRECT_DX_TAPS_4BLOCKS else 2
+    return dict(RO=ro, ROWS=(ro - 1) * spec.SH + (spec.KH - 1) * spec.DH + 1, STRIPS=ceil_div(spec.HO, ro),
+                DX_MIN_BLOCKS=dx_blocks)
 
 
 FMA_DX_CIG_MAX = 4  # grad_x with float32 FMAs (fma_dx_plan) for at most this many input channels a group
