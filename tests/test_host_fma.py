@@ -111,14 +111,22 @@ def test_forward_with_fmas_is_pytorchs_on_the_cpu(tmp_path, cid, src, tf32):
     n = 2
     model, x, inputs = _forward_inputs(src, spec, d, n)
     out = run_host(kernel, "forward", d, inputs, n, tf32, tmp_path)
-    rnd = tf32_round if tf32 else (lambda t: t)
-    ref_model = copy.deepcopy(model).double()
-    with torch.no_grad():
-        ref_model.conv.weight.copy_(rnd(model.conv.weight))
-        ref = ref_model(rnd(x).double())
+    ref_model, xr, ref = _rounded_reference(model, x, tf32)
     torch.testing.assert_close(out.reshape(ref.shape).double(), ref, atol=1e-4, rtol=1e-4)
     z = read_floats(tmp_path / "z.bin").reshape(n, spec.CO, spec.HO, spec.WO).double()  # what training saves
-    torch.testing.assert_close(z, ref_model.conv(rnd(x).double()), atol=1e-4, rtol=1e-4)
+    with torch.no_grad():
+        torch.testing.assert_close(z, ref_model.conv(xr), atol=1e-4, rtol=1e-4)
+
+
+def _rounded_reference(model, x, tf32: bool):
+    """The problem's Model in float64 on the operands the kernels multiply (x and the conv weight rounded to TF32
+    where TF32 is on): (that model, its input, its output)."""
+    rnd = tf32_round if tf32 else (lambda t: t)
+    ref_model = copy.deepcopy(model).double()
+    xr = rnd(x).double()
+    with torch.no_grad():
+        ref_model.conv.weight.copy_(rnd(model.conv.weight))
+        return ref_model, xr, ref_model(xr)
 
 
 FOLD = [
@@ -148,11 +156,7 @@ def test_forward_with_fmas_and_a_folded_reduction_is_pytorchs_on_the_cpu(tmp_pat
     n = 2
     model, x, inputs = _forward_inputs(src, spec, d, n)
     out = run_host(kernel, "forward_fold", d, inputs, n, tf32, tmp_path)
-    rnd = tf32_round if tf32 else (lambda t: t)
-    ref_model = copy.deepcopy(model).double()
-    with torch.no_grad():
-        ref_model.conv.weight.copy_(rnd(model.conv.weight))
-        ref = ref_model(rnd(x).double())
+    ref = _rounded_reference(model, x, tf32)[2]
     assert ref.numel() == n * spec.CO
     torch.testing.assert_close(out.double(), ref.reshape(-1), atol=1e-4, rtol=1e-4)
 
@@ -175,10 +179,9 @@ def test_direct_kernels_are_pytorchs_on_the_cpu(tmp_path, cid, src):
     n = 2
     model, x, inputs = _forward_inputs(src, spec, d, n)
     y = run_host(kernel, "direct_forward", d, inputs, n, False, tmp_path / "f")
-    ref_model = copy.deepcopy(model).double()
+    ref_model, xr, ref = _rounded_reference(model, x, False)
     with torch.no_grad():
-        ref = ref_model(x.double())
-        z_ref = ref_model.conv(x.double())
+        z_ref = ref_model.conv(xr)
     torch.testing.assert_close(y.reshape(ref.shape).double(), ref, atol=1e-4, rtol=1e-4)
     z = read_floats(tmp_path / "f" / "z.bin").reshape(z_ref.shape).double()
     torch.testing.assert_close(z, z_ref, atol=1e-4, rtol=1e-4)
