@@ -393,6 +393,7 @@ def _covering(n_in: int, n_out: int, k: int, s: int, p: int, d: int, adaptive: b
 # 1.022 ms with 16 bytes, 0.978 with 32 (fewer candidate windows per element; that gather is bound by the ALU, not
 # memory); but bfloat16 AvgPool3d(2) 0.557 -> 0.843 ms with 32 (fewer threads to hide its latency), so average keeps 16
 GATHER_BYTES_HALF = 32
+GATHER_WIDE_CANDIDATES_MAX = 16  # ... and at most this many candidate windows a thread there
 ALIGNED_KW_MAX = 8  # the aligned gather unrolls each candidate over its KW taps
 
 
@@ -415,12 +416,18 @@ def gather_tiling(g: Geometry, itemsize: int, offsize: int) -> dict:
     values per candidate row (H100: step 1.064 -> 0.929 ms)."""
     (D, H, W), (DO, HO, WO) = g.size, g.out
     (_, _, KW), (_, _, SW), (_, _, PW), (_, _, DW) = g.kernel, g.stride, g.padding, g.dilation
+    def covering(vec: int) -> list[int]:
+        return [_covering(n, o, k, s, p, d, g.adaptive, grp) for n, o, k, s, p, d, grp in
+                zip(g.size, g.out, g.kernel, g.stride, g.padding, g.dilation, (1, 1, vec))]
+
     vec = vec_widths(W, itemsize)[0]
     wide = vec * GATHER_BYTES_HALF // 16
-    if g.reduce == "max" and itemsize == 2 and vec * itemsize == 16 and W % wide == 0:
+    # the wide form unrolls every candidate's loads: not past GATHER_WIDE_CANDIDATES_MAX of them (float16
+    # AdaptiveMaxPool3d((None, 8, 69)) of a 20 x 96 plane: 24 candidates, an 8-byte spill at 64 registers)
+    if (g.reduce == "max" and itemsize == 2 and vec * itemsize == 16 and W % wide == 0
+            and math.prod(covering(wide)) <= GATHER_WIDE_CANDIDATES_MAX):
         vec = wide
-    cov = [_covering(n, o, k, s, p, d, g.adaptive, grp) for n, o, k, s, p, d, grp in
-           zip(g.size, g.out, g.kernel, g.stride, g.padding, g.dilation, (1, 1, vec))]
+    cov = covering(vec)
     out = {"b_vec": vec, "ncd": cov[0], "nch": cov[1], "nqw": cov[2], "b_chunks": W // vec, "b_aligned": False,
            "b_r0": 0, "b_nq": 0, "b_gq": 0}
     if not g.adaptive and vec % SW == 0 and KW <= ALIGNED_KW_MAX:
