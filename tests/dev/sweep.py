@@ -8,6 +8,7 @@ Usage: python tests/dev/sweep.py [--n 12] [--seed 1] [--family NAME] [--path KEY
 
 import argparse
 import contextlib
+import re
 import subprocess
 import sys
 import tempfile
@@ -32,7 +33,14 @@ def compile_ok(gen):
         r = subprocess.run(["nvcc", "-gencode=arch=compute_80,code=sm_80", "-gencode=arch=compute_90,code=sm_90",
                             "-DKGEN_SM90=0", "-O3", "-std=c++17", "-c", "-Xptxas", "-v", str(src), "-o", str(Path(d) / "k.o")],
                            capture_output=True, text=True)
-        spills = [ln for ln in r.stderr.splitlines() if "spill" in ln and not ln.strip().startswith("0 bytes stack frame, 0 bytes spill")]
+        # each spill line named by the kernel and arch of the "Compiling entry function" line above it
+        spills, entry = [], "?"
+        for ln in r.stderr.splitlines():
+            m = re.search(r"Compiling entry function '(\w+)' for '(sm_\d+)'", ln)
+            if m:
+                entry = f"{m.group(1)} ({m.group(2)})"
+            elif "spill" in ln and not ln.strip().startswith("0 bytes stack frame, 0 bytes spill"):
+                spills.append(f"{ln.strip()}  [{entry}]")
         return r.returncode == 0 and not spills, (r.stderr[-1500:] if r.returncode else "\n".join(spills))
 
 
