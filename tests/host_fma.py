@@ -1,11 +1,13 @@
-"""Runs conv2d_epilogue's kernels made of plain float32 FMAs on the CPU: grad_x with FMAs (FMA_DX), the FMA forward
-where a tree has it (FMA_FWD), and the direct forward and grad_x of one input channel a group (DIRECT). Their text is
-cut from the rendered kernel.cu at its section markers and compiled with g++ under a thin host shim (one std::thread a
-CUDA thread, a std::barrier for __syncthreads, blocks one at a time, shared memory as function statics), so their
-indexing is checked against PyTorch without a GPU (tests/test_host_fma.py). Only kernels of plain C++ arithmetic and
-loads qualify (__syncwarp is a std::barrier a warp, __shfl_xor_sync an exchange through a static array between two of
-them): no tensor cores or cp.async. `forward_fold` runs the FMA forward with a first reduction over (H, W) folded in
-(FUSED_REDUCE) and its finishing kernel."""
+"""Runs conv2d_epilogue's kernels on the CPU: those made of plain float32 FMAs (grad_x with FMAs (FMA_DX), the FMA
+forward where a tree has it (FMA_FWD), the direct forward and grad_x of one input channel a group (DIRECT)) and the
+forward from halo tiles (HALO) on an emulated mma.sync. Their text is cut from the rendered kernel.cu at its section
+markers and compiled with g++ under a thin host shim (one std::thread a CUDA thread, a std::barrier for
+__syncthreads, blocks one at a time, shared memory as function statics, dynamic shared memory one static buffer), so
+their indexing is checked against PyTorch without a GPU (tests/test_host_fma.py). __syncwarp is a std::barrier a
+warp, __shfl_xor_sync an exchange through a static array between two of them; mma.sync m16n8k8 TF32 likewise: each
+lane posts its fragments, then computes its outputs from the warp's (operands' low 13 bits dropped as the tensor core
+does, products summed in double); cp.async is a plain copy. `forward_fold` runs the FMA forward with a first
+reduction over (H, W) folded in (FUSED_REDUCE) and its finishing kernel."""
 
 import re
 import shutil
@@ -55,6 +57,9 @@ inline float __shfl_xor_sync(unsigned, float v, int s) {
 }
 using std::isnan;
 template <class T> inline T __ldg(const T* p) { return *p; }
+using cudaError_t = int;
+constexpr int cudaSuccess = 0, cudaErrorMisalignedAddress = 716;
+alignas(16) static float g_dyn_smem[64 * 1024];  // a block's dynamic shared memory (extern __shared__), 256 KB
 inline float __uint_as_float(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
 inline uint32_t __float_as_uint(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
 // cvt.rna.tf32.f32: to nearest, ties away from zero, on the magnitude's bits (Inf / NaN kept)
@@ -63,6 +68,50 @@ inline uint32_t tf32_rna(float v) {
   if ((u & 0x7f800000u) == 0x7f800000u) return u;
   return (u + 0x1000u) & 0xffffe000u;
 }
+// mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 for one warp: each lane posts its fragments, then computes its
+// four outputs from the warp's (the operands' low 13 bits ignored, as the tensor core does; products summed in
+// double). a: (row g, k q), (g + 8, q), (g, q + 4), (g + 8, q + 4); b: (k q, col g), (q + 4, g); c: (g, 2q), (g, 2q + 1),
+// (g + 8, 2q), (g + 8, 2q + 1); g = lane / 4, q = lane % 4.
+static uint32_t g_mma_a[1024][4], g_mma_b[1024][2];
+inline float tf32_operand(uint32_t u) { return __uint_as_float(u & 0xffffe000u); }
+inline void kg_mma(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
+  const unsigned t = threadIdx.x, w0 = t & ~31u, lane = t & 31u, g = lane >> 2, q = lane & 3u;
+  g_mma_a[t][0] = a0, g_mma_a[t][1] = a1, g_mma_a[t][2] = a2, g_mma_a[t][3] = a3;
+  g_mma_b[t][0] = b0, g_mma_b[t][1] = b1;
+  __syncwarp();
+  auto A = [&](unsigned r, unsigned k) { return tf32_operand(g_mma_a[w0 + (r % 8) * 4 + k % 4][(r >= 8) + 2 * (k >= 4)]); };
+  auto B = [&](unsigned k, unsigned n) { return tf32_operand(g_mma_b[w0 + n * 4 + k % 4][k >= 4]); };
+  for (unsigned i = 0; i < 4; ++i) {
+    const unsigned r = g + 8 * (i >= 2), n = 2 * q + (i & 1);
+    double s = 0.0;
+    for (unsigned k = 0; k < 8; ++k) s += (double)A(r, k) * (double)B(k, n);
+    c[i] = (float)((double)c[i] + s);
+  }
+  __syncwarp();
+}
+struct KgAFrag { uint32_t h[4], l[4]; };
+struct KgBFrag { uint32_t h[2], l[2]; };
+inline void kg_mma3(float (&c)[4], const KgAFrag& a, const KgBFrag& b) {
+  kg_mma(c, a.l[0], a.l[1], a.l[2], a.l[3], b.h[0], b.h[1]);
+  kg_mma(c, a.h[0], a.h[1], a.h[2], a.h[3], b.l[0], b.l[1]);
+  kg_mma(c, a.h[0], a.h[1], a.h[2], a.h[3], b.h[0], b.h[1]);
+}
+template <bool X3>
+inline void kg_mma_x(float (&c)[4], const KgAFrag& a, const KgBFrag& b) {
+  if constexpr (X3) kg_mma3(c, a, b);
+  else kg_mma(c, a.h[0], a.h[1], a.h[2], a.h[3], b.h[0], b.h[1]);
+}
+// cp.async as a plain copy (the shim's barriers order it as cp.async.wait_group and __syncthreads would)
+template <int N>
+inline void cp_async_n(float* smem, const float* src, bool valid) {
+  for (int i = 0; i < N; ++i) smem[i] = valid ? src[i] : 0.0f;
+}
+inline void cp_async4(float* smem, const float* src, bool valid) { cp_async_n<1>(smem, src, valid); }
+inline void cp_async16(float* smem, const float* src) { cp_async_n<4>(smem, src, true); }
+inline void cp_async_commit() {}
+template <int N>
+inline void cp_async_wait() {}
+
 // One launch: every block in turn, its `threads` threads concurrently.
 template <class F>
 void launch(unsigned gx, unsigned gy, unsigned gz, unsigned threads, F body) {
@@ -115,8 +164,8 @@ def section(src: str, start: str, end: str) -> str:
 
 
 def host_source(kernel_cu: str, which: str, d: dict, n: int, tf32: bool) -> str:
-    """A host program that runs kernel `which` ("grad_x", "forward", "forward_fold", "direct_forward" or
-    "direct_grad_x") of the rendered kernel.cu on inputs read from in<k>.bin (grad_x: gz, w; the forwards: x, w, bias,
+    """A host program that runs kernel `which` ("grad_x", "grad_w", "forward", "forward_fold", "halo_forward",
+    "direct_forward" or "direct_grad_x") of the rendered kernel.cu on inputs read from in<k>.bin (grad_x: gz, w; the forwards: x, w, bias,
     the program's parameters) and writes out.bin (the forwards: y, and z to z.bin; forward_fold: the first stage's
     output, one value an (image, channel)); d is the family's derive() of the problem."""
     ns = re.search(r"^namespace (kgen_conv2d_epilogue_\w+_ns) \{", kernel_cu, re.M).group(1)
@@ -155,6 +204,20 @@ def host_source(kernel_cu: str, which: str, d: dict, n: int, tf32: bool) -> str:
         blocks = f"(({n}LL * {d['FMA_DX']['MAX_GROUPS']} + fdx::THREADS - 1) / fdx::THREADS)"
         run = grad_x(f"launch({blocks} * fdx::NPH, G, 1, fdx::THREADS, "
                      f"[&] {{ conv_grad_x_fma<{t}>(gz.data(), w.data(), gx.data(), {n}LL); }});")
+    elif which == "halo_forward":  # the forward from halo tiles (HALO) on the emulated mma.sync, inference instance
+        tiles = section(kernel_cu, "// ---------------- tensor-core tile machinery", "// ---------------- forward ----------------")
+        tiles, k = re.subn(r"// N = 1, 2 or 4 floats.*?cp\.async\.wait_group[^\n]*\n", "", tiles, flags=re.S)
+        assert k == 1, "the tile section's cp.async helpers moved: update the host run's cut"
+        halo = section(kernel_cu, "// ---------------- convolutions from halo tiles", "// ----------------")
+        assert "extern __shared__ __align__(16) float hsmem[];" in halo
+        halo = halo.replace("extern __shared__ __align__(16) float hsmem[];", "float* hsmem = g_dyn_smem;")
+        body = tiles + forward + halo
+        x3 = "false" if tf32 else "true"
+        run = forward_run(
+            f"std::vector<float> wt(HaloF::WT_FLOATS, NAN);\n"
+            f"  launch((HaloF::WT_FLOATS + 255) / 256, 1, 1, 256, [&] {{ arrange_weights<HaloF>(w.data(), wt.data(), {int(tf32)}); }});\n"
+            f"  launch({n} * HaloF::TILES_H * HaloF::TILES_W, G * HaloF::CTILES, 1, TileH::THREADS, [&] {{ "
+            f"conv_forward_halo<{x3}, false, false>(x.data(), bias, ARGSwt.data(), y.data(), z.data()); }});")
     elif which in ("direct_forward", "direct_grad_x"):
         body = forward + section(kernel_cu, "// ---------------- one input channel per group", "// grad_w partials")
         if which == "direct_grad_x":

@@ -189,3 +189,28 @@ def test_direct_kernels_are_pytorchs_on_the_cpu(tmp_path, cid, src):
     gx = run_host(kernel, "direct_grad_x", d, [gz, model.conv.weight], n, False, tmp_path / "b")
     gx_ref = _grad_x_reference(spec, n, model.conv.weight.double(), gz.double())
     torch.testing.assert_close(gx.reshape(gx_ref.shape).double(), gx_ref, atol=1e-4, rtol=1e-4)
+
+
+# The forward from halo tiles on the shim's emulated mma.sync (tests/host_fma.py): two chunks on 2 x 4 warps, groups
+# at stride 2, three chunks on 4 x 1 warps with dilation and a per-channel parameter, one chunk, 32 chunks (TF32's
+# flush), one staging buffer for 64 out channels. Inference's instance (no folded stage: those CASES fold a pool or
+# a reduction into the kernel, a different signature).
+HALO_FORWARD = ["halo_ci16_pad1_relu", "halo_groups2_k5_s2_p2_silu", "halo_ci24_k3x5_dil21_bias_c", "halo_lone_ci8_wo16",
+                "halo_ci256_k3_noflush_tanh", "halo_ci16_k5_onestage_relu_bias_c"]
+
+
+@pytest.mark.parametrize("tf32", [False, True], ids=["3xtf32", "tf32"])
+@pytest.mark.parametrize("cid", HALO_FORWARD)
+def test_halo_forward_on_an_emulated_mma_is_pytorchs_on_the_cpu(tmp_path, cid, tf32):
+    """The halo forward's staging, fragment loads and epilogue against the problem's Model in float64 (TF32: on the
+    rounded operands; 3xTF32: on the float32 ones), with arrange_weights' fragment-ordered weights."""
+    spec, d, kernel = _taking(cid, CASE[cid], "HALO", "the forward from halo tiles")
+    assert not d["FUSED_POOL"] and not d["FUSED_REDUCE"], f"{cid} folds a stage now: pick a CASE that does not"
+    n = 2
+    model, x, inputs = _forward_inputs(CASE[cid], spec, d, n)
+    out = run_host(kernel, "halo_forward", d, inputs, n, tf32, tmp_path)
+    ref_model, xr, ref = _rounded_reference(model, x, tf32)
+    torch.testing.assert_close(out.reshape(ref.shape).double(), ref, atol=1e-4, rtol=1e-4)
+    z = read_floats(tmp_path / "z.bin").reshape(n, spec.CO, spec.HO, spec.WO).double()
+    with torch.no_grad():
+        torch.testing.assert_close(z, ref_model.conv(xr), atol=1e-4, rtol=1e-4)
