@@ -1,13 +1,14 @@
 """Runs conv2d_epilogue's kernels on the CPU: those made of plain float32 FMAs (grad_x with FMAs (FMA_DX), the FMA
 forward where a tree has it (FMA_FWD), the direct forward and grad_x of one input channel a group (DIRECT)) and the
-forward from halo tiles (HALO) on an emulated mma.sync. Their text is cut from the rendered kernel.cu at its section
+convolutions from halo tiles (the forward, grad_x and grad_w) on an emulated mma.sync. Their text is cut from the rendered kernel.cu at its section
 markers and compiled with g++ under a thin host shim (one std::thread a CUDA thread, a std::barrier for
 __syncthreads, blocks one at a time, shared memory as function statics, dynamic shared memory one static buffer), so
 their indexing is checked against PyTorch without a GPU (tests/test_host_fma.py). __syncwarp is a std::barrier a
 warp, __shfl_xor_sync an exchange through a static array between two of them; mma.sync m16n8k8 TF32 likewise: each
 lane posts its fragments, then computes its outputs from the warp's (operands' low 13 bits dropped as the tensor core
 does, products summed in double); cp.async is a plain copy. `forward_fold` runs the FMA forward with a first
-reduction over (H, W) folded in (FUSED_REDUCE) and its finishing kernel."""
+reduction over (H, W) folded in (FUSED_REDUCE) and its finishing kernel; the halo runs take the tile machinery's and
+the halo sections (cp.async helpers cut out, the shim's used instead)."""
 
 import re
 import shutil
@@ -164,10 +165,11 @@ def section(src: str, start: str, end: str) -> str:
 
 
 def host_source(kernel_cu: str, which: str, d: dict, n: int, tf32: bool) -> str:
-    """A host program that runs kernel `which` ("grad_x", "grad_w", "forward", "forward_fold", "halo_forward",
-    "direct_forward" or "direct_grad_x") of the rendered kernel.cu on inputs read from in<k>.bin (grad_x: gz, w; the forwards: x, w, bias,
-    the program's parameters) and writes out.bin (the forwards: y, and z to z.bin; forward_fold: the first stage's
-    output, one value an (image, channel)); d is the family's derive() of the problem."""
+    """A host program that runs kernel `which` ("grad_x", "forward", "forward_fold", "halo_forward", "halo_grad_x",
+    "halo_grad_w", "direct_forward" or "direct_grad_x") of the rendered kernel.cu on inputs read from in<k>.bin
+    (grad_x: gz, w; grad_w: gz, x; the forwards: x, w, bias, the program's parameters) and writes out.bin (the
+    forwards: y, and z to z.bin; forward_fold: the first stage's output, one value an (image, channel)); d is the
+    family's derive() of the problem."""
     ns = re.search(r"^namespace (kgen_conv2d_epilogue_\w+_ns) \{", kernel_cu, re.M).group(1)
     pointwise = section(kernel_cu, "#ifndef KGEN_POINTWISE_CUH", "namespace " + ns)
     consts = section(kernel_cu, "// ---------------- compile-time problem description", "// ---------------- conv taps")
@@ -204,20 +206,38 @@ def host_source(kernel_cu: str, which: str, d: dict, n: int, tf32: bool) -> str:
         blocks = f"(({n}LL * {d['FMA_DX']['MAX_GROUPS']} + fdx::THREADS - 1) / fdx::THREADS)"
         run = grad_x(f"launch({blocks} * fdx::NPH, G, 1, fdx::THREADS, "
                      f"[&] {{ conv_grad_x_fma<{t}>(gz.data(), w.data(), gx.data(), {n}LL); }});")
-    elif which == "halo_forward":  # the forward from halo tiles (HALO) on the emulated mma.sync, inference instance
+    elif which in ("halo_forward", "halo_grad_x", "halo_grad_w"):  # on the emulated mma.sync
         tiles = section(kernel_cu, "// ---------------- tensor-core tile machinery", "// ---------------- forward ----------------")
         tiles, k = re.subn(r"// N = 1, 2 or 4 floats.*?cp\.async\.wait_group[^\n]*\n", "", tiles, flags=re.S)
         assert k == 1, "the tile section's cp.async helpers moved: update the host run's cut"
-        halo = section(kernel_cu, "// ---------------- convolutions from halo tiles", "// ----------------")
-        assert "extern __shared__ __align__(16) float hsmem[];" in halo
-        halo = halo.replace("extern __shared__ __align__(16) float hsmem[];", "float* hsmem = g_dyn_smem;")
+        marker = "\n// ---------------- convolutions from halo tiles"  # absent where no halo convolution runs
+        halo = section(kernel_cu, marker[1:], "// ----------------") if marker in kernel_cu else ""
+        if which == "halo_grad_w":
+            halo += section(kernel_cu, "// ---------------- backward: grad_w from halo tiles", "}  // namespace " + ns)
+        halo, k = re.subn(r"extern __shared__ __align__\(16\) float (\w+)\[\];", r"float* \1 = g_dyn_smem;", halo)
+        assert k, "no dynamic shared memory in the halo kernels' text: update the host run's cut"
         body = tiles + forward + halo
         x3 = "false" if tf32 else "true"
-        run = forward_run(
-            f"std::vector<float> wt(HaloF::WT_FLOATS, NAN);\n"
-            f"  launch((HaloF::WT_FLOATS + 255) / 256, 1, 1, 256, [&] {{ arrange_weights<HaloF>(w.data(), wt.data(), {int(tf32)}); }});\n"
-            f"  launch({n} * HaloF::TILES_H * HaloF::TILES_W, G * HaloF::CTILES, 1, TileH::THREADS, [&] {{ "
-            f"conv_forward_halo<{x3}, false, false>(x.data(), bias, ARGSwt.data(), y.data(), z.data()); }});")
+        if which == "halo_grad_x":  # HALO_DX: gz, w in
+            run = grad_x(f"std::vector<float> wt(HaloD::WT_FLOATS, NAN);\n"
+                         f"  launch((HaloD::WT_FLOATS + 255) / 256, 1, 1, 256, [&] {{ arrange_weights<HaloD>(w.data(), wt.data(), {int(tf32)}); }});\n"
+                         f"  launch({n} * HaloD::TILES_H * HaloD::TILES_W, G * HaloD::CTILES, 1, TileD::THREADS, "
+                         f"[&] {{ conv_grad_x_halo<{x3}>(gz.data(), wt.data(), gx.data()); }});")
+        elif which == "halo_grad_w":  # HALO_W: gz, x in; one position tile a split, then finish_grad_w
+            run = f"""
+  auto gz = read_floats("in0.bin"); auto x = read_floats("in1.bin");
+  const long long tiles = {n}LL * hw::TILES_H * hw::TILES_W;
+  const int splits = static_cast<int>(tiles);
+  std::vector<float> part((size_t)splits * CO * KTOT, NAN), gw((size_t)CO * KTOT, NAN);
+  launch(hw::COMBOS, splits, 1, hw::THREADS, [&] {{ conv_grad_w_halo<{x3}, hw::GZV>(gz.data(), x.data(), part.data(), tiles, 1); }});
+  launch((CO * KTOT + 255) / 256, 1, 1, 256, [&] {{ finish_grad_w(part.data(), splits, gw.data()); }});
+  write_floats("out.bin", gw);"""
+        else:  # halo_forward: HALO, inference's instance
+            run = forward_run(
+                f"std::vector<float> wt(HaloF::WT_FLOATS, NAN);\n"
+                f"  launch((HaloF::WT_FLOATS + 255) / 256, 1, 1, 256, [&] {{ arrange_weights<HaloF>(w.data(), wt.data(), {int(tf32)}); }});\n"
+                f"  launch({n} * HaloF::TILES_H * HaloF::TILES_W, G * HaloF::CTILES, 1, TileH::THREADS, [&] {{ "
+                f"conv_forward_halo<{x3}, false, false>(x.data(), bias, ARGSwt.data(), y.data(), z.data()); }});")
     elif which in ("direct_forward", "direct_grad_x"):
         body = forward + section(kernel_cu, "// ---------------- one input channel per group", "// grad_w partials")
         if which == "direct_grad_x":

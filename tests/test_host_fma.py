@@ -214,3 +214,50 @@ def test_halo_forward_on_an_emulated_mma_is_pytorchs_on_the_cpu(tmp_path, cid, t
     z = read_floats(tmp_path / "z.bin").reshape(n, spec.CO, spec.HO, spec.WO).double()
     with torch.no_grad():
         torch.testing.assert_close(z, ref_model.conv(xr), atol=1e-4, rtol=1e-4)
+
+
+# grad_x from halo tiles (stride 1: a convolution of gz with the flipped weights) and grad_w from halo tiles on the
+# emulated mma.sync: 'same' with an even kernel and dilation, 5 x 5 without bias, 3 chunks of gz channels, groups at
+# stride 2 (grad_w), the column-stride-2 shape whose TF32 grad_w once spilled, the stem's 147 taps, 256 input channels.
+HALO_GRAD_X = ["halo_ci16_pad1_relu", "dxhalo_same_k4_co8_dil23_gelu", "dxhalo_ci16_co24_k5_no_bias_maxpool_sum",
+               "halo_ci24_k3x5_dil21_bias_c"]
+HALO_GRAD_W = ["lone_conv", "halo_groups2_k5_s2_p2_silu", "halo_w_ci14_co53_s12_clamp_add_avgpool",
+               "stem_k7s2p3_relu_maxpool3s2p1", "halo_ci256_k3_noflush_tanh"]
+
+
+@pytest.mark.parametrize("tf32", [False, True], ids=["3xtf32", "tf32"])
+@pytest.mark.parametrize("cid", HALO_GRAD_X)
+def test_halo_grad_x_on_an_emulated_mma_is_pytorchs_on_the_cpu(tmp_path, cid, tf32):
+    spec, d, kernel = _taking(cid, CASE[cid], "HALO_DX", "grad_x from halo tiles")
+    n = 2
+    torch.manual_seed(0)
+    gz = torch.randn(n, spec.CO, spec.HO, spec.WO)
+    w = torch.randn(spec.CO, spec.CI // spec.G, spec.KH, spec.KW)
+    out = run_host(kernel, "halo_grad_x", d, [gz, w], n, tf32, tmp_path)
+    rnd = tf32_round if tf32 else (lambda t: t)
+    ref = _grad_x_reference(spec, n, rnd(w).double(), rnd(gz).double())
+    torch.testing.assert_close(out.reshape(ref.shape).double(), ref, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("tf32", [False, True], ids=["3xtf32", "tf32"])
+@pytest.mark.parametrize("cid", HALO_GRAD_W)
+def test_halo_grad_w_on_an_emulated_mma_is_pytorchs_on_the_cpu(tmp_path, cid, tf32):
+    """One position tile a split, the splits summed by finish_grad_w."""
+    spec, d, kernel = _taking(cid, CASE[cid], "HALO_W", "grad_w from halo tiles")
+    n = 2
+    torch.manual_seed(0)
+    gz = torch.randn(n, spec.CO, spec.HO, spec.WO)
+    x = torch.randn(n, spec.CI, spec.H, spec.W)
+    out = run_host(kernel, "halo_grad_w", d, [gz, x], n, tf32, tmp_path)
+    torch.testing.assert_close(out.reshape(spec.CO, spec.CI // spec.G, spec.KH, spec.KW).double(),
+                               _grad_w_reference(spec, x, gz, tf32), atol=1e-4, rtol=1e-4)
+
+
+def _grad_w_reference(spec, x: torch.Tensor, gz: torch.Tensor, tf32: bool) -> torch.Tensor:
+    """dL/dw for dL/dz = gz in float64 on the operands the kernels multiply (TF32-rounded where TF32 is on): autograd
+    through F.conv2d on x padded by (PH, PH_END, PW, PW_END)."""
+    rnd = tf32_round if tf32 else (lambda t: t)
+    w = torch.zeros(spec.CO, spec.CI // spec.G, spec.KH, spec.KW, dtype=torch.float64, requires_grad=True)
+    xp = torch.nn.functional.pad(rnd(x).double(), (spec.PW, spec.PW_END, spec.PH, spec.PH_END))
+    z = torch.nn.functional.conv2d(xp, w, stride=(spec.SH, spec.SW), dilation=(spec.DH, spec.DW), groups=spec.G)
+    return torch.autograd.grad(z, w, rnd(gz).double())[0]
