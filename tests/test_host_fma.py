@@ -80,14 +80,20 @@ def _grad_x_reference(spec, n: int, w: torch.Tensor, gz: torch.Tensor) -> torch.
 @pytest.mark.parametrize("cid,src", GRAD_X, ids=[c[0] for c in GRAD_X])
 def test_grad_x_with_fmas_is_pytorchs_on_the_cpu(tmp_path, cid, src, tf32):
     spec, d, kernel = _taking(cid, src, "FMA_DX", "grad_x with FMAs")
+    out, ref = _grad_x_run(kernel, "grad_x", spec, d, tf32, tmp_path)
+    torch.testing.assert_close(out.reshape(ref.shape).double(), ref, atol=1e-4, rtol=1e-4)
+
+
+def _grad_x_run(kernel: str, which: str, spec, d: dict, tf32: bool, work):
+    """A host grad_x run (`which`) on a random gz and weight at batch 2, and its float64 reference on the operands the
+    kernel multiplies (TF32-rounded where TF32 is on)."""
     n = 2
     torch.manual_seed(0)
     gz = torch.randn(n, spec.CO, spec.HO, spec.WO)
     w = torch.randn(spec.CO, spec.CI // spec.G, spec.KH, spec.KW)
-    out = run_host(kernel, "grad_x", d, [gz, w], n, tf32, tmp_path)
+    out = run_host(kernel, which, d, [gz, w], n, tf32, work)
     rnd = tf32_round if tf32 else (lambda t: t)
-    ref = _grad_x_reference(spec, n, rnd(w).double(), rnd(gz).double())
-    torch.testing.assert_close(out.reshape(ref.shape).double(), ref, atol=1e-4, rtol=1e-4)
+    return out, _grad_x_reference(spec, n, rnd(w).double(), rnd(gz).double())
 
 
 FORWARD = [
@@ -230,13 +236,7 @@ HALO_GRAD_W = ["halo_lone_ci8_wo16", "halo_groups2_k5_s2_p2_silu", "halo_w_ci14_
 @pytest.mark.parametrize("cid", HALO_GRAD_X)
 def test_halo_grad_x_on_an_emulated_mma_is_pytorchs_on_the_cpu(tmp_path, cid, tf32):
     spec, d, kernel = _taking(cid, CASE[cid], "HALO_DX", "grad_x from halo tiles")
-    n = 2
-    torch.manual_seed(0)
-    gz = torch.randn(n, spec.CO, spec.HO, spec.WO)
-    w = torch.randn(spec.CO, spec.CI // spec.G, spec.KH, spec.KW)
-    out = run_host(kernel, "halo_grad_x", d, [gz, w], n, tf32, tmp_path)
-    rnd = tf32_round if tf32 else (lambda t: t)
-    ref = _grad_x_reference(spec, n, rnd(w).double(), rnd(gz).double())
+    out, ref = _grad_x_run(kernel, "halo_grad_x", spec, d, tf32, tmp_path)
     torch.testing.assert_close(out.reshape(ref.shape).double(), ref, atol=1e-4, rtol=1e-4)
 
 
