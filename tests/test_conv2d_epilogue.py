@@ -223,12 +223,12 @@ _TABLE += [
     # a sweep's draw (seed 3301) whose TF32 grad_w on two m16 tiles a warp spilled 48 bytes on sm_90 at column stride 2
     ("halo_w_ci14_co53_s12_clamp_add_avgpool", 2, (2, 14, 36, 30), conv(14, 53, 3, stride=(1, 2)),
      CONV_IN + ["return F.avg_pool2d(x + torch.clamp(x, min=-1.0), 3, stride=1, count_include_pad=False)"], [], {}),
-    # a sweep's draw (seed 3801) whose FMA forward (16 out channels a thread, 18 input columns a row) spilled 84 bytes
-    # on sm_80 and sm_90 while it held a predicate per input column
     # a sweep's draw (seed 4101) whose direct grad_x (every tap of a 5 x 5 kernel unrolled) spilled 4 bytes on sm_80
     # and sm_90 at 4 blocks an SM (64 registers)
     ("direct_ci1_co72_k5_s2_d3_adaptive2_min_c", 1, (3, 1, 31, 17), conv(1, 72, 5, stride=2, padding=1, dilation=3, bias=False),
      CONV_IN + ["x = F.adaptive_avg_pool2d(x, 2)", "return torch.min(x, 1, False)[0] * 0.5"], [], {}),
+    # a sweep's draw (seed 3801) whose FMA forward (16 out channels a thread, 18 input columns a row) spilled 84 bytes
+    # on sm_80 and sm_90 while it held a predicate per input column
     ("fma_fwd_ci2_co58_k1x5_s3_d2_mish_shift_clip", 5, (1, 2, 36, 39), conv(2, 58, (1, 5), stride=3, dilation=2, bias=False),
      CONV_IN + ["return torch.clip(torch.tanh(self.shift - F.mish(x)) + self.bias1, -0.5, 0.5)"],
      ['self.register_buffer("shift", torch.randn(1, out_channels, 1, 1) * 0.5)', "self.bias1 = nn.Parameter(torch.rand(1))"], {}),

@@ -596,7 +596,7 @@ FOLD_REDUCE_PASS = {"sum": "SUM", "mean": "SUM", "amax": "MAX", "amin": "MIN", "
 FOLD_NEUTRAL = {"SUM": "0.0f", "MAX": "-INFINITY", "MIN": "INFINITY"}
 
 
-def fused_reduce(spec: Spec, halo: dict | None, tile: dict, fma_fwd: dict | None = None) -> dict | None:
+def fused_reduce(spec: Spec, halo: dict | None, tile: dict, fma_fwd: dict | None) -> dict | None:
     """Inference (no autograd) through the halo forward, or the forward on FMAs, with a first stage that reduces over
     (H, W) folded in: sum, mean, amax, amin, and adaptive avg / max pooling to 1x1 (window_max; inference needs only
     its value, the maximum with NaN propagating). Halo: each CTA stages its program outputs in shared memory and
@@ -653,17 +653,17 @@ FMA_DX_WS_FLOATS = 12288  # its staged weights: 48 KB of static shared memory
 FMA_DX_PXW = 4  # its input pixels a thread, consecutive in a phase row
 
 
-def fma_dx_plan(spec: Spec, halo_dx: dict | None) -> dict | None:
-    """grad_x with float32 FMAs, where it is not a halo convolution (a stride, or out channels a group not a multiple
-    of HALO_CC) and the group has at most FMA_DX_CIG_MAX input channels, so an implicit GEMM's n8 columns would be
-    mostly padding while its loader gathers gz as often (the ResNet stem's 7x7 / 2 conv on 3 channels: 2.7 ms for
-    grad_x on the H200 against cuDNN's 0.48). Each thread: PXW input pixels of a stride phase's row, every input channel of
-    the group; the weights of CO_CHUNK out channels staged as [co][tap][CIGP] (CIGP: CIG padded to a vector width).
-    None: the direct kernels, grad_x from halo tiles (derive() asks first, passing None), or more input channels."""
+def fma_dx_plan(spec: Spec) -> dict | None:
+    """grad_x with float32 FMAs where the group has at most FMA_DX_CIG_MAX input channels, so an implicit GEMM's n8
+    columns would be mostly padding while its loader gathers gz as often (the ResNet stem's 7x7 / 2 conv on 3
+    channels: 2.7 ms for grad_x on the H200 against cuDNN's 0.48), and so would a halo convolution's (derive() asks
+    this first). Each thread: PXW input pixels of a stride phase's row, every input channel of the group; the weights
+    of CO_CHUNK out channels staged as [co][tap][CIGP] (CIGP: CIG padded to a vector width). None: the direct
+    kernels, more input channels, or weights beyond the shared memory."""
     s = spec
     cig = s.CI // s.G
     cigp = 1 << (cig - 1).bit_length()
-    if direct(s) or halo_dx is not None or cig > FMA_DX_CIG_MAX or s.KH * s.KW * cigp > FMA_DX_WS_FLOATS:
+    if direct(s) or cig > FMA_DX_CIG_MAX or s.KH * s.KW * cigp > FMA_DX_WS_FLOATS:
         return None
     phases = [dict(ih0=ih0, iw0=iw0, hp=hp, wp=wp) for _, _, ih0, iw0, hp, wp in stride_phases(s)]
     cog, most = s.CO // s.G, FMA_DX_WS_FLOATS // (s.KH * s.KW * cigp)
@@ -845,7 +845,7 @@ def derive(spec: Spec) -> dict:
     fma_fwd = fma_fwd_plan(s, halo)
     # few input channels a group: grad_x on FMAs even where it is a halo convolution (the halo GEMM's n8 columns would
     # be mostly padding)
-    fma_dx = fma_dx_plan(s, None)
+    fma_dx = fma_dx_plan(s)
     halo_dx = None if fma_dx else halo_dx_plan(s, tiles["D"])
     fold = fold_pool_backward(s)
     write_gz = bool(s.program.live()) or fold is not None  # gz in kgen's workspace; else the backward reads gy

@@ -109,10 +109,10 @@ def diff_edits(text: str) -> dict[str, list[tuple[str, str]]]:
 # on FMAs with PXW = 4 consecutive pixels of a phase row a thread, each gz row's columns loaded once for every column
 # tap; the ResNet stem's step 2.318 -> 1.711 ms, TF32 off) and conv_fma_forward (the forward with float32 FMAs for
 # groups of at most 4 input channels, reworked on the device: stores through a per-warp transpose, 16 out channels a
-# thread; docs/notes/conv2d_epilogue_plan.md). Prepared (twenty-fifth session, CPU-checked only): conv_fma_fold_reduce
-# (inference folds a first reduction over (H, W) into the forward on FMAs), conv_fma_dx_over_halo (grad_x on FMAs
-# for few input channels also where grad_x is a halo convolution) and conv_fma_wgrad (grad_w on FMAs for few input
-# channels).
+# thread; docs/notes/conv2d_epilogue_plan.md). Shipped in the twenty-sixth: conv_fma_fold_reduce (inference folds a
+# first reduction over (H, W) into the forward on FMAs) and conv_fma_dx_over_halo (grad_x on FMAs for few input
+# channels also where grad_x is a halo convolution). Prepared, not landed: conv_fma_wgrad (grad_w on FMAs for few
+# input channels; v1 and v2 timed slower on the stem, v3 CPU-checked only).
 EDITS: dict[str, dict[str, list[tuple[str, str]]]] = {
     "conv_noflush_tf32": CONV_NOFLUSH_TF32,
     "conv_fwd_halo_3ctas": CONV_FWD_HALO_3CTAS,
