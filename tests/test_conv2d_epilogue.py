@@ -184,6 +184,12 @@ _TABLE += [
     # ... and with a folded max pooling
     ("halo_ci24_wide_maxpool2_tanh", 1, (2, 24, 12, 16), conv(24, 16, 3, padding=1),
      CONV_IN + ["x = F.max_pool2d(x, 2)", "return torch.tanh(x)"], [], {}),
+    # 8+ chunks on 128-thread tiles: the TF32 instances ask for 4 CTAs an SM on sm_90 (halo_tf32_ctas), with a folded
+    # max pooling (its training instance: 3) and with the staged epilogue (11-wide rows) before a min over channels
+    ("halo_ci64_ctas4_hardswish_maxpool2_mish", 3, (2, 64, 10, 18), conv(64, 128, 3),
+     CONV_IN + ["x = F.hardswish(x - 0.5)", "x = F.max_pool2d(x, 2)", "return F.mish(x)"], [], {}),
+    ("halo_ci64_ctas4_scale_min_c", 1, (2, 64, 9, 13), conv(64, 128, 3),
+     CONV_IN + ["x = x * 2.0", "return torch.min(x, dim=1, keepdim=True)[0]"], [], {}),
 ]
 
 # After the convolution's program: 2-d pooling, reductions and views, each followed by a program (issue 9's stages).
@@ -1015,6 +1021,38 @@ def test_tf32_halo_accumulates_unflushed_up_to_noflush_k_max():
         assert h["FLUSH_TF32"] is flush, cin_g
     kernel = emit.generate(write_problem(CASE["halo_ci256_k3_noflush_tanh"])).files["kernel.cu"]
     assert "static constexpr bool FLUSH_TF32 = false;" in kernel and "constexpr bool FLUSH = X3 || Gm::FLUSH_TF32;" in kernel
+
+
+def test_halo_tf32_forward_asks_for_four_ctas_an_sm_where_they_fit():
+    """The halo forward's single-pass TF32 instances ask ptxas for HALO_TF32_CTAS CTAs an SM (the Hopper path) on
+    128-thread tiles over HALO_TF32_CTAS_MIN_CHUNKS or more chunks without a flush, where that many CTAs' largest
+    shared memory fits an SM; else 2, as the 3xTF32 instances. The template reads the plan's number."""
+    wide, narrow = fam.halo_warp_tile(128, 8), fam.halo_warp_tile(64, 1)
+    assert (wide["THREADS"], narrow["THREADS"]) == (128, 256)
+
+    def halo(cin_g, tile=wide, k=(3, 3)):
+        return fam._halo(cin_g, 64, 64, cin_g, 62, 62, 128, k, (1, 1), (0, 0), (1, 1), tile, False)
+
+    h64 = halo(64)
+    assert fam.halo_tf32_ctas(h64, wide, False, (None, None)) == fam.HALO_TF32_CTAS == 4
+    assert fam.halo_tf32_ctas(halo(32), wide, False, (None, None)) == 2  # 4 chunks
+    assert fam.halo_tf32_ctas(halo(64, narrow), narrow, False, (None, None)) == 2  # 2 x 4 warps
+    assert fam.halo_tf32_ctas(halo(512), wide, False, (None, None)) == 2  # long k: flushed each chunk
+    big = dict(SMEM_BYTES=fam.SM90_SMEM_PER_SM // 4)  # a folded stage whose 4 copies do not fit with the reserve
+    assert fam.halo_tf32_ctas(h64, wide, False, (None, big)) == 2
+    assert fam.halo_tf32_ctas(h64, wide, False, (dict(SMEM_BYTES=h64["SMEM_BYTES"]), None)) == 4
+    assert fam.halo_tf32_ctas(None, wide, False, (None, None)) == 2
+    for cid in ("halo_ci64_ctas4_hardswish_maxpool2_mish", "halo_ci64_ctas4_scale_min_c", "halo_ci256_k3_noflush_tanh"):
+        d = fam.derive(_spec(CASE[cid]))
+        assert d["HALO_TF32_CTAS"] == 4, cid
+    assert fam.derive(_spec(CASE["halo_ci64_ctas4_hardswish_maxpool2_mish"]))["FUSED_POOL"] is not None
+    assert fam.derive(_spec(CASE["halo_ci64_ctas4_scale_min_c"]))["EPI_STAGED"]
+    assert fam.derive(_spec(CASE["halo_ci32_k5_wide_onestage_silu_mean_hw"]))["HALO_TF32_CTAS"] == 2
+    kernel = emit.generate(write_problem(CASE["halo_ci64_ctas4_scale_min_c"])).files["kernel.cu"]
+    assert "constexpr int HALO_TF32_CTAS = KGEN_SM90 ? 4 : 2;" in kernel
+    assert "__launch_bounds__(TileH::THREADS, X3 ? 2 : POOL && SAVE && HALO_TF32_CTAS > 3 ? 3 : HALO_TF32_CTAS)" in kernel
+    other = emit.generate(write_problem(CASE["halo_ci32_k5_wide_onestage_silu_mean_hw"])).files["kernel.cu"]
+    assert "constexpr int HALO_TF32_CTAS = 2;" in other and "KGEN_SM90" not in other  # one build path to compile
 
 
 @pytest.mark.gpu

@@ -417,6 +417,28 @@ EPI_PAD = 4
 # whole-sector rows the direct stores write each sector once.
 
 
+# The halo forward's single-pass TF32 instances (no flush: acc only) on 4 x 1 warps over at least
+# HALO_TF32_CTAS_MIN_CHUNKS chunks ask ptxas for HALO_TF32_CTAS CTAs an SM on the Hopper path (<= 128 registers a
+# thread instead of 146) where that many CTAs' shared memory fits an sm_90 SM: 16 warps an SM instead of 12.
+# H200, TF32 allowed, forward ms (twenty-seventh session, the eight 64->128 / 32->64 / 8->64 level-2 blocks):
+# 64 input channels (8 chunks) 0.353 -> 0.339, 2.587 -> 2.323, 2.523 -> 2.431, 2.308 -> 2.298, 2.257 -> 2.162,
+# 2.639 -> 2.357; 32 (4 chunks, padding 1) 0.735 -> 0.768; 8 (one chunk, 2 x 4 warps) 2.769 -> 2.807: those keep 2.
+# The 3xTF32 instances keep 2 (196 registers; at 3 CTAs the TF32-off forwards moved -3% .. +2%).
+HALO_TF32_CTAS = 4
+HALO_TF32_CTAS_MIN_CHUNKS = 8
+SM90_SMEM_PER_SM = 228 * 1024  # an sm_90 SM's shared memory; each resident CTA also reserves 1 KB of it
+
+
+def halo_tf32_ctas(halo: dict | None, tile: dict, staged: bool, folds: tuple) -> int:
+    """CTAs an SM the halo forward's TF32 instances ask for on the Hopper path (HALO_TF32_CTAS's comment): the largest
+    shared memory of its instances (operand stages, the staged epilogue, the folded stage of `folds`, the fused
+    pool / reduce plans with the halo forward) decides whether they fit; 2 elsewhere, as the 3xTF32 instances."""
+    if halo is None or tile["THREADS"] != 128 or halo["FLUSH_TF32"] or halo["CING"] // HALO_CC < HALO_TF32_CTAS_MIN_CHUNKS:
+        return 2
+    smem = max([halo_fwd_smem(halo, tile, staged)] + [f["SMEM_BYTES"] for f in folds if f])
+    return HALO_TF32_CTAS if HALO_TF32_CTAS * (smem + 1024) <= SM90_SMEM_PER_SM else 2
+
+
 def halo_fwd_smem(halo: dict | None, tile: dict, staged: bool) -> int:
     """The halo forward's shared memory: its operand stages, or its staged epilogue (EPI_STAGED) where that is
     larger."""
@@ -883,6 +905,7 @@ def derive(spec: Spec) -> dict:
                     dict(name="Y", entries=[] if halo_dx or fma_dx else phase_table)],
         HALO=halo, FMA_FWD=fma_fwd, HALO_DX=halo_dx, FMA_DX=fma_dx, HALO_W=halo_w, EPI_PAD=EPI_PAD,
         HALO_FWD_SMEM=halo_fwd_smem(halo, tiles["HF"], epi_staged), EPI_STAGED=epi_staged,
+        HALO_TF32_CTAS=halo_tf32_ctas(halo, tiles["HF"], epi_staged, (fpool, freduce)),
         EPI_TAP_UNROLL=tap_unroll(s.KH, s.KW),
         # the halo loaders' 16-byte copies read x (forward) and, where grad_x reads it directly, grad_y aligned
         ALIGN16_X=bool(halo and halo["HV"] > 1), ALIGN16_GY=bool(halo_dx and halo_dx["HV"] > 1 and not write_gz),
