@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call made of named, time-boxed stages; each stage's log goes to $OUT/<stage>.log and its last line(s)
 # to the summary printed at the end. Usage: bash tests/device/stages.sh STAGE [STAGE ...]
-# Stages: import build build80 gpu gpu80 slow percall sweep bench bench80 benchpool benchpool_nc benchconv profile profilepool f64 variants staged ab ncu sanitize saveab
+# Stages: import build build80 gpu gpu80 slow percall sweep bench bench80 benchpool benchpool_nc benchconv profile profilepool f64 variants staged ab ncu sanitize saveab wgmma
 #   import: kgen generate, then a cold and a warm import of a generated module (tests/device/import_timing.py)
 #   build / build80: every GPU-test extension (FAMILY: one family's; BUILD_MATCH: only its cases whose id has one of these words), 16 jobs (Hopper path / KGEN_FORCE_SM80=1, each with its own cache)
 #   gpu / gpu80: the GPU tier on that path (GPU_K: a pytest -k expression; note "pool" also matches the
@@ -21,6 +21,7 @@
 #   saveab: tests/dev/save_policy_ab.py --tf32 (conv2d_epilogue's save policies at issue 9's sizes)
 #   sanitize: tests/device/sanitize.sh (compute-sanitizer memcheck, racecheck, initcheck; tests/device/sanitize_run.py's selection)
 #   ncu: tests/dev/ncu_step.py $NCU_ARGS (e.g. "conv conv3x3_hardswish_maxpool_mish --tf32")
+#   wgmma: tests/dev/wgmma_tile.py $WGMMA_ARGS (the wgmma vs mma.sync TF32 GEMM harness, sm_90 only; e.g. "--mw 1 --wg 2")
 # Build first in the same call (or on the same warm machine): the GPU tests then load from the cache. A machine
 # starts bare and goes back 30 s after a call, so every call rebuilds. Measured on an H200 (16 jobs): FAMILY=pool
 # builds in ~110 s, FAMILY=conv2d_epilogue in over 130 s (its 38 extensions); a GPU stage whose builds are not done
@@ -74,6 +75,7 @@ for stage in "$@"; do
           run "ab${AB_TAG:-}_$t" ${AB_SECS:-200} python3 tests/dev/time_generated.py $AB_PROBLEM $AB_MODULES ${AB_ARGS:-} \
             $([ "$t" = tf32 ] && echo --tf32); done ;;
     ncu) path sm90; run ncu ${NCU_SECS:-200} python3 tests/dev/ncu_step.py $NCU_ARGS ;;
+    wgmma) path sm90; run wgmma ${WGMMA_SECS:-200} python3 tests/dev/wgmma_tile.py ${WGMMA_ARGS:-} ;;
     saveab) path sm90; run saveab ${SAVEAB_SECS:-240} python3 tests/dev/save_policy_ab.py --tf32 ;;
     sanitize) path sm90; run sanitize ${SANITIZE_SECS:-400} bash tests/device/sanitize.sh ;;
     staged) path sm90; run staged ${STAGED_SECS:-240} python3 tests/dev/pool3d_staged.py --tdo 2 --tho 2 4 ;;
