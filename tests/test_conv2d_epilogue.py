@@ -1024,7 +1024,7 @@ def test_tf32_halo_accumulates_unflushed_up_to_noflush_k_max():
 
 
 def test_halo_tf32_forward_asks_for_four_ctas_an_sm_where_they_fit():
-    """The halo forward's single-pass TF32 instances ask ptxas for HALO_TF32_CTAS CTAs an SM (the Hopper path) on
+    """The halo forward's single-pass TF32 instances ask ptxas for HALO_TF32_CTAS CTAs an SM (sm_90) on
     128-thread tiles over HALO_TF32_CTAS_MIN_CHUNKS or more chunks without a flush, where that many CTAs' largest
     shared memory fits an SM; else 2, as the 3xTF32 instances. The template reads the plan's number."""
     wide, narrow = fam.halo_warp_tile(128, 8), fam.halo_warp_tile(64, 1)
@@ -1049,10 +1049,10 @@ def test_halo_tf32_forward_asks_for_four_ctas_an_sm_where_they_fit():
     assert fam.derive(_spec(CASE["halo_ci64_ctas4_scale_min_c"]))["EPI_STAGED"]
     assert fam.derive(_spec(CASE["halo_ci32_k5_wide_onestage_silu_mean_hw"]))["HALO_TF32_CTAS"] == 2
     kernel = emit.generate(write_problem(CASE["halo_ci64_ctas4_scale_min_c"])).files["kernel.cu"]
-    assert "constexpr int HALO_TF32_CTAS = KGEN_SM90 ? 4 : 2;" in kernel
+    assert "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900\nconstexpr int HALO_TF32_CTAS = 4;\n#else\nconstexpr int HALO_TF32_CTAS = 2;" in kernel
     assert "__launch_bounds__(TileH::THREADS, X3 ? 2 : POOL && SAVE && HALO_TF32_CTAS > 3 ? 3 : HALO_TF32_CTAS)" in kernel
     other = emit.generate(write_problem(CASE["halo_ci32_k5_wide_onestage_silu_mean_hw"])).files["kernel.cu"]
-    assert "constexpr int HALO_TF32_CTAS = 2;" in other and "KGEN_SM90" not in other  # one build path to compile
+    assert "constexpr int HALO_TF32_CTAS = 2;" in other and "__CUDA_ARCH__ == 900" not in other
 
 
 @pytest.mark.gpu

@@ -418,8 +418,9 @@ EPI_PAD = 4
 
 
 # The halo forward's single-pass TF32 instances (no flush: acc only) on 4 x 1 warps over at least
-# HALO_TF32_CTAS_MIN_CHUNKS chunks ask ptxas for HALO_TF32_CTAS CTAs an SM on the Hopper path (<= 128 registers a
-# thread instead of 146) where that many CTAs' shared memory fits an sm_90 SM: 16 warps an SM instead of 12.
+# HALO_TF32_CTAS_MIN_CHUNKS chunks ask ptxas for HALO_TF32_CTAS CTAs an SM on sm_90 (<= 128 registers a thread
+# instead of 146) where that many CTAs' shared memory fits an sm_90 SM: 16 warps an SM instead of 12. Other
+# architectures keep 2 (not measured; an sm_86/89 or sm_120 SM fits one such CTA's stages, an A100's three).
 # H200, TF32 allowed, forward ms (twenty-seventh session, the eight 64->128 / 32->64 / 8->64 level-2 blocks):
 # 64 input channels (8 chunks) 0.353 -> 0.339, 2.587 -> 2.323, 2.523 -> 2.431, 2.308 -> 2.298, 2.257 -> 2.162,
 # 2.639 -> 2.357; 32 (4 chunks, padding 1) 0.735 -> 0.768; 8 (one chunk, 2 x 4 warps) 2.769 -> 2.807: those keep 2.
@@ -430,7 +431,7 @@ SM90_SMEM_PER_SM = 228 * 1024  # an sm_90 SM's shared memory; each resident CTA 
 
 
 def halo_tf32_ctas(halo: dict | None, tile: dict, staged: bool, folds: tuple) -> int:
-    """CTAs an SM the halo forward's TF32 instances ask for on the Hopper path (HALO_TF32_CTAS's comment): the largest
+    """CTAs an SM the halo forward's TF32 instances ask for on sm_90 (HALO_TF32_CTAS's comment): the largest
     shared memory of its instances (operand stages, the staged epilogue, the folded stage of `folds`, the fused
     pool / reduce plans with the halo forward) decides whether they fit; 2 elsewhere, as the 3xTF32 instances."""
     if halo is None or tile["THREADS"] != 128 or halo["FLUSH_TF32"] or halo["CING"] // HALO_CC < HALO_TF32_CTAS_MIN_CHUNKS:
