@@ -57,6 +57,33 @@ __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_grou
 template <int NW>
 __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(NW)); }
 
+// A's rows m0 .. m0 + BM - 1, columns of chunk `chunk`, into rows of LDA floats (rows past M: a copy of the last one,
+// never stored)
+template <int BM, int THREADS>
+__device__ __forceinline__ void stage_a(float* as, const float* __restrict__ A, int m0, int M, int K, int chunk) {
+  for (int e = threadIdx.x; e < BM * (KC / 4); e += THREADS) {
+    const int r = e / (KC / 4), q = e % (KC / 4);
+    cp16(as + r * LDA + 4 * q, A + (long long)min(m0 + r, M - 1) * K + chunk * KC + 4 * q);
+  }
+}
+
+// The K loop of both kernels: chunk ch + 1 loads while chunk ch's body runs from slot ch & 1 (ASYNC_PROXY: the
+// copies made visible to the tensor core's descriptor reads first)
+template <bool ASYNC_PROXY, class Load, class Body>
+__device__ __forceinline__ void k_loop(int nch, Load load, Body body) {
+  load(0, 0);
+  cp_commit();
+  for (int ch = 0; ch < nch; ++ch) {
+    if (ch + 1 < nch) load(ch + 1, (ch + 1) & 1);
+    cp_commit();
+    cp_wait<1>();
+    if (ASYNC_PROXY) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    __syncthreads();
+    body(ch & 1);
+    __syncthreads();  // the slot is free for the load after next
+  }
+}
+
 // ---------------- wgmma ----------------
 // B (canonical, global): per k8 step s, 16 groups g of 8 columns, 2 core matrices c (4 k each), 8 rows r, 4 floats:
 // Bc[((s * 16 + g) * 2 + c) * 32 + r * 4 + e] = Bt[8 g + r][8 s + 4 c + e]
@@ -81,30 +108,17 @@ __global__ void __launch_bounds__(128 * WG, 1) gemm_wgmma(const float* __restric
   const int gid = lane >> 2, tig = lane & 3;
   auto load = [&](int chunk, int slot) {
     float* as = smem + slot * (A_STAGE + B_STAGE);
-    float* bs = as + A_STAGE;
-    for (int e = threadIdx.x; e < BM * (KC / 4); e += THREADS) {
-      const int r = e / (KC / 4), q = e % (KC / 4);
-      const int row = min(m0 + r, M - 1);  // rows past M: a copy of the last one, never stored
-      cp16(as + r * LDA + 4 * q, A + (long long)row * K + chunk * KC + 4 * q);
-    }
+    stage_a<BM, THREADS>(as, A, m0, M, K, chunk);
     const float* src = Bc + (long long)chunk * B_STAGE;
-    for (int e = threadIdx.x; e < B_STAGE / 4; e += THREADS) cp16(bs + 4 * e, src + 4 * e);
+    for (int e = threadIdx.x; e < B_STAGE / 4; e += THREADS) cp16(as + A_STAGE + 4 * e, src + 4 * e);
   };
   float d[MW][64];
 #pragma unroll
   for (int w = 0; w < MW; ++w)
 #pragma unroll
     for (int i = 0; i < 64; ++i) d[w][i] = 0.0f;
-  const int nch = K / KC;
-  load(0, 0);
-  cp_commit();
-  for (int ch = 0; ch < nch; ++ch) {
-    if (ch + 1 < nch) load(ch + 1, (ch + 1) & 1);
-    cp_commit();
-    cp_wait<1>();
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // this thread's copies, visible to the tensor core
-    __syncthreads();
-    const float* as = smem + (ch & 1) * (A_STAGE + B_STAGE);
+  k_loop<true>(K / KC, load, [&](int slot) {
+    const float* as = smem + slot * (A_STAGE + B_STAGE);
     const float* bs = as + A_STAGE;
     uint32_t a[MW][KC / 8][4];
 #pragma unroll
@@ -124,8 +138,7 @@ __global__ void __launch_bounds__(128 * WG, 1) gemm_wgmma(const float* __restric
       for (int w = 0; w < MW; ++w) wg_mma(d[w], a[w][s], b_desc(bs + s * 8 * N));
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-    __syncthreads();  // the slot is free for the load after next
-  }
+  });
   // d[w][4 j + {0, 1, 2, 3}]: (row gid, cols 8 j + 2 tig + {0, 1}), (row gid + 8, the same columns)
 #pragma unroll
   for (int w = 0; w < MW; ++w) {
@@ -157,14 +170,9 @@ __global__ void __launch_bounds__(128, 2) gemm_mma(const float* __restrict__ A, 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gid = lane >> 2, tig = lane & 3;
   auto load = [&](int chunk, int slot) {
     float* as = smem + slot * (A_STAGE + B_STAGE);
-    float* bs = as + A_STAGE;
-    for (int e = threadIdx.x; e < BM * (KC / 4); e += 128) {
-      const int r = e / (KC / 4), q = e % (KC / 4);
-      const int row = min(m0 + r, M - 1);
-      cp16(as + r * LDA + 4 * q, A + (long long)row * K + chunk * KC + 4 * q);
-    }
+    stage_a<BM, 128>(as, A, m0, M, K, chunk);
     const float* src = Bf + ((long long)t * (K / 8) + chunk * (KC / 8)) * 512;
-    for (int e = threadIdx.x; e < B_STAGE / 4; e += 128) cp16(bs + 4 * e, src + 4 * e);
+    for (int e = threadIdx.x; e < B_STAGE / 4; e += 128) cp16(as + A_STAGE + 4 * e, src + 4 * e);
   };
   float acc[MI][NI][4];
 #pragma unroll
@@ -173,15 +181,8 @@ __global__ void __launch_bounds__(128, 2) gemm_mma(const float* __restrict__ A, 
     for (int ni = 0; ni < NI; ++ni)
 #pragma unroll
       for (int q = 0; q < 4; ++q) acc[mi][ni][q] = 0.0f;
-  const int nch = K / KC;
-  load(0, 0);
-  cp_commit();
-  for (int ch = 0; ch < nch; ++ch) {
-    if (ch + 1 < nch) load(ch + 1, (ch + 1) & 1);
-    cp_commit();
-    cp_wait<1>();
-    __syncthreads();
-    const float* as = smem + (ch & 1) * (A_STAGE + B_STAGE);
+  k_loop<false>(K / KC, load, [&](int slot) {
+    const float* as = smem + slot * (A_STAGE + B_STAGE);
     const float* bs = as + A_STAGE;
 #pragma unroll
     for (int s = 0; s < KC / 8; ++s) {
@@ -206,8 +207,7 @@ __global__ void __launch_bounds__(128, 2) gemm_mma(const float* __restrict__ A, 
 #pragma unroll
         for (int ni = 0; ni < NI; ++ni) mma_tf32(acc[mi][ni], a[mi], b[ni][0], b[ni][1]);
     }
-    __syncthreads();
-  }
+  });
 #pragma unroll
   for (int mi = 0; mi < MI; ++mi) {
     const int r0 = m0 + warp * 32 + mi * 16 + gid;
