@@ -15,8 +15,10 @@ against a float64 GEMM of the same rounded operands before it is timed; torch.ma
   mma:   a CTA of 4 warps over 128 rows x 64 columns, 32 x 64 warp tiles (MI = 2, NI = 8), B arranged in fragment
          order (a lane's 16 floats of a k8 step as 4 float4s, vector j of all lanes contiguous), as halo.cu.j2.
 
-Usage (GPU, sm_90): python tests/dev/wgmma_tile.py [--m M] [--k K] [--mw 1|2] [--wg 1|2] [--swap-lbo-sbo] [--emit F]
---swap-lbo-sbo tries the descriptor's two offsets the other way round (a layout check, if the first fails);
+Usage (GPU, sm_90): python tests/dev/wgmma_tile.py [--m M] [--k K] [--mw 1|2] [--wg 1|2] [--swap-lbo-sbo] [--probe]
+[--emit F]
+--swap-lbo-sbo tries the descriptor's two offsets the other way round (a layout check, if the first fails); --probe
+prints where one-hot products land (A, B and D layouts: see probe());
 --emit writes the CUDA source to F and exits (no GPU: `nvcc -arch=sm_90a -c F` checks it compiles).
 Written without a GPU (twenty-seventh session); nothing here is verified until it has run on one.
 """
@@ -288,6 +290,32 @@ def arrange_fragments(bt):
     return bt[64 * t + 8 * ni + lane // 4, 8 * s + lane % 4 + 4 * q].contiguous().reshape(-1)
 
 
+def probe(ext) -> int:
+    """Where a layout is wrong, say how: one CTA (64 x 128, K = 32) with A[m][k] = m + 64 k (exact in TF32) and a
+    one-hot B (Bt[n0][k0] = 1), so C should hold A[.][k0] in column n0 and zeros elsewhere; each misplaced nonzero is
+    printed with the (m, k) its value encodes."""
+    import torch
+
+    m_, k_ = 64, KC
+    A = (torch.arange(m_, device="cuda")[:, None] + 64 * torch.arange(k_, device="cuda")[None, :]).float().contiguous()
+    bad = 0
+    for n0, k0 in ((0, 0), (1, 0), (0, 1), (9, 5), (8, 4), (127, 31)):
+        Bt = torch.zeros(N, k_, device="cuda")
+        Bt[n0, k0] = 1.0
+        C = torch.full((m_, N), float("nan"), device="cuda")
+        ext.wgmma(1, 1, A, arrange_canonical(Bt), C)
+        torch.cuda.synchronize()
+        want = torch.zeros_like(C)
+        want[:, n0] = A[:, k0]
+        wrong = (C != want).nonzero().tolist()
+        bad += len(wrong)
+        where = [(r, c, C[r, c].item()) for r, c in wrong[:8]]
+        print(f"  one-hot B at (n {n0}, k {k0}): {len(wrong)} of {m_ * N} wrong"
+              + "".join(f"; C[{r}][{c}] = {v:g}" + (f" = A[{int(v) % 64}][{int(v) // 64}]" if v == v and v > 0 else "")
+                        for r, c, v in where))
+    return 1 if bad else 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--m", type=int, default=64 * 62 * 62)
@@ -296,6 +324,7 @@ def main() -> int:
     ap.add_argument("--wg", type=int, default=1)
     ap.add_argument("--swap-lbo-sbo", action="store_true")
     ap.add_argument("--emit")
+    ap.add_argument("--probe", action="store_true", help="map where the wgmma kernel puts one-hot products (layouts)")
     a = ap.parse_args()
     if a.emit:
         Path(a.emit).write_text(source(a.swap_lbo_sbo))
@@ -315,6 +344,8 @@ def main() -> int:
         i = t.view(torch.int32)
         return ((i + 0x1000) & ~0x1FFF).view(torch.float32)
 
+    if a.probe:
+        return probe(ext)
     A = tf32(torch.randn(a.m, a.k, device="cuda"))
     Bt = tf32(torch.randn(N, a.k, device="cuda"))
     ref = (A.double() @ Bt.double().t())
