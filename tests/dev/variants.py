@@ -62,6 +62,15 @@ CONV_FWD_HALO_3CTAS = {
          "__launch_bounds__(TileH::THREADS, X3 ? 2 : 3) conv_forward_halo(")],
 }
 
+# grad_x from halo tiles asks for 4 CTAs an SM in its TF32 instance too, as the forward's halo_tf32_ctas does on sm_90
+# (twenty-seventh session, not timed): on scaling_min_c's grad_x (128 gz channels, 16 chunks) ptxas then gives 124
+# registers instead of 140 (3 CTAs an SM), no spills; padded_relu_bias's (8 chunks) already uses 116.
+CONV_DX_HALO_4CTAS = {
+    "conv2d_epilogue/halo.cu.j2": [
+        ("template <bool X3>\n__global__ void __launch_bounds__(TileD::THREADS, 2) conv_grad_x_halo(",
+         "template <bool X3>\n__global__ void __launch_bounds__(TileD::THREADS, X3 ? 2 : 4) conv_grad_x_halo(")],
+}
+
 EDITS_DIR = Path(__file__).resolve().parent / "edits"
 
 
@@ -115,10 +124,11 @@ def diff_edits(text: str) -> dict[str, list[tuple[str, str]]]:
 # thread; docs/notes/conv2d_epilogue_plan.md). Shipped in the twenty-sixth: conv_fma_fold_reduce (inference folds a
 # first reduction over (H, W) into the forward on FMAs) and conv_fma_dx_over_halo (grad_x on FMAs for few input
 # channels also where grad_x is a halo convolution). Prepared, not landed: conv_fma_wgrad (grad_w on FMAs for few
-# input channels; v1 and v2 timed slower on the stem, v3 CPU-checked only).
+# input channels; v1, v2 and v3 timed slower on the stem, v3 60 us faster a step on 3x3 kernels).
 EDITS: dict[str, dict[str, list[tuple[str, str]]]] = {
     "conv_noflush_tf32": CONV_NOFLUSH_TF32,
     "conv_fwd_halo_3ctas": CONV_FWD_HALO_3CTAS,
+    "conv_dx_halo_4ctas": CONV_DX_HALO_4CTAS,
     **{f.stem: diff_edits(f.read_text()) for f in sorted(EDITS_DIR.glob("*.diff"))},
 }
 
