@@ -1034,25 +1034,30 @@ def test_halo_tf32_forward_asks_for_four_ctas_an_sm_where_they_fit():
         return fam._halo(cin_g, 64, 64, cin_g, 62, 62, 128, k, (1, 1), (0, 0), (1, 1), tile, False)
 
     h64 = halo(64)
-    assert fam.halo_tf32_ctas(h64, wide, False, (None, None)) == fam.HALO_TF32_CTAS == 4
-    assert fam.halo_tf32_ctas(halo(32), wide, False, (None, None)) == 2  # 4 chunks
-    assert fam.halo_tf32_ctas(halo(64, narrow), narrow, False, (None, None)) == 2  # 2 x 4 warps
-    assert fam.halo_tf32_ctas(halo(512), wide, False, (None, None)) == 2  # long k: flushed each chunk
+    def ctas(h, tile, folds=(None, None)):
+        return fam.halo_tf32_ctas(h, tile, fam.halo_fwd_smem(h, tile, False), folds)
+
+    h64 = halo(64)
+    assert ctas(h64, wide) == fam.HALO_TF32_CTAS == 4
+    assert ctas(halo(32), wide) == 2  # 4 chunks
+    assert ctas(halo(64, narrow), narrow) == 2  # 2 x 4 warps
+    assert ctas(halo(512), wide) == 2  # long k: flushed each chunk
     big = dict(SMEM_BYTES=fam.SM90_SMEM_PER_SM // 4)  # a folded stage whose 4 copies do not fit with the reserve
-    assert fam.halo_tf32_ctas(h64, wide, False, (None, big)) == 2
-    assert fam.halo_tf32_ctas(h64, wide, False, (dict(SMEM_BYTES=h64["SMEM_BYTES"]), None)) == 4
-    assert fam.halo_tf32_ctas(None, wide, False, (None, None)) == 2
+    assert ctas(h64, wide, (None, big)) == 2
+    assert ctas(h64, wide, (dict(SMEM_BYTES=h64["SMEM_BYTES"]), None)) == 4
+    assert fam.halo_tf32_ctas(None, wide, 0, (None, None)) == 2
     for cid in ("halo_ci64_ctas4_hardswish_maxpool2_mish", "halo_ci64_ctas4_scale_min_c", "halo_ci256_k3_noflush_tanh"):
         d = fam.derive(_spec(CASE[cid]))
-        assert d["HALO_TF32_CTAS"] == 4, cid
+        assert (d["HALO_TF32_CTAS"], d["HALO_TF32_CTAS_POOL_SAVE"]) == (4, 3), cid
     assert fam.derive(_spec(CASE["halo_ci64_ctas4_hardswish_maxpool2_mish"]))["FUSED_POOL"] is not None
     assert fam.derive(_spec(CASE["halo_ci64_ctas4_scale_min_c"]))["EPI_STAGED"]
     assert fam.derive(_spec(CASE["halo_ci32_k5_wide_onestage_silu_mean_hw"]))["HALO_TF32_CTAS"] == 2
     kernel = emit.generate(write_problem(CASE["halo_ci64_ctas4_scale_min_c"])).files["kernel.cu"]
-    assert "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900\nconstexpr int HALO_TF32_CTAS = 4;\n#else\nconstexpr int HALO_TF32_CTAS = 2;" in kernel
-    assert "__launch_bounds__(TileH::THREADS, X3 ? 2 : POOL && SAVE && HALO_TF32_CTAS > 3 ? 3 : HALO_TF32_CTAS)" in kernel
+    assert ("#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900\nconstexpr int HALO_TF32_CTAS = 4, HALO_TF32_CTAS_POOL_SAVE = 3;\n"
+            "#else\nconstexpr int HALO_TF32_CTAS = 2, HALO_TF32_CTAS_POOL_SAVE = 2;") in kernel
+    assert "__launch_bounds__(TileH::THREADS, X3 ? 2 : POOL && SAVE ? HALO_TF32_CTAS_POOL_SAVE : HALO_TF32_CTAS)" in kernel
     other = emit.generate(write_problem(CASE["halo_ci32_k5_wide_onestage_silu_mean_hw"])).files["kernel.cu"]
-    assert "constexpr int HALO_TF32_CTAS = 2;" in other and "__CUDA_ARCH__ == 900" not in other
+    assert "constexpr int HALO_TF32_CTAS = 2, HALO_TF32_CTAS_POOL_SAVE = 2;" in other and "__CUDA_ARCH__ == 900" not in other
 
 
 @pytest.mark.gpu

@@ -427,16 +427,18 @@ EPI_PAD = 4
 # The 3xTF32 instances keep 2 (196 registers; at 3 CTAs the TF32-off forwards moved -3% .. +2%).
 HALO_TF32_CTAS = 4
 HALO_TF32_CTAS_MIN_CHUNKS = 8
+HALO_TF32_CTAS_POOL_SAVE_MAX = 3  # the folded pool's training instance: its saved winners spilled 8 bytes at 128 registers
 SM90_SMEM_PER_SM = 228 * 1024  # an sm_90 SM's shared memory; each resident CTA also reserves 1 KB of it
 
 
-def halo_tf32_ctas(halo: dict | None, tile: dict, staged: bool, folds: tuple) -> int:
+def halo_tf32_ctas(halo: dict | None, tile: dict, fwd_smem: int, folds: tuple) -> int:
     """CTAs an SM the halo forward's TF32 instances ask for on sm_90 (HALO_TF32_CTAS's comment): the largest
-    shared memory of its instances (operand stages, the staged epilogue, the folded stage of `folds`, the fused
-    pool / reduce plans with the halo forward) decides whether they fit; 2 elsewhere, as the 3xTF32 instances."""
+    shared memory of its instances (fwd_smem: operand stages or the staged epilogue, halo_fwd_smem; the folded stage
+    of `folds`, the fused pool / reduce plans with the halo forward) decides whether they fit; 2 elsewhere, as the
+    3xTF32 instances."""
     if halo is None or tile["THREADS"] != 128 or halo["FLUSH_TF32"] or halo["CING"] // HALO_CC < HALO_TF32_CTAS_MIN_CHUNKS:
         return 2
-    smem = max([halo_fwd_smem(halo, tile, staged)] + [f["SMEM_BYTES"] for f in folds if f])
+    smem = max([fwd_smem] + [f["SMEM_BYTES"] for f in folds if f])
     return HALO_TF32_CTAS if HALO_TF32_CTAS * (smem + 1024) <= SM90_SMEM_PER_SM else 2
 
 
@@ -887,6 +889,8 @@ def derive(spec: Spec) -> dict:
         first += len(st.params)
     freduce = fused_reduce(s, halo, tiles["HF"], fma_fwd)
     epi_staged = bool(halo) and s.WO % 8 != 0  # rows that split 32-byte sectors (EPI_PAD's comment)
+    fwd_smem = halo_fwd_smem(halo, tiles["HF"], epi_staged)
+    tf32_ctas = halo_tf32_ctas(halo, tiles["HF"], fwd_smem, (fpool, freduce))
     # Does the training forward do more than inference's: write z, a stage's pre-program value or winners, or give up
     # the folded reduction? Then the binding's save policy may leave that work to the backward (recompute).
     train_extra = needs_z or freduce is not None or any(
@@ -905,8 +909,8 @@ def derive(spec: Spec) -> dict:
         tap_tables=[dict(name="X", entries=tap_table(cig, s, max(BK, tiles["WG"]["BN"]))),
                     dict(name="Y", entries=[] if halo_dx or fma_dx else phase_table)],
         HALO=halo, FMA_FWD=fma_fwd, HALO_DX=halo_dx, FMA_DX=fma_dx, HALO_W=halo_w, EPI_PAD=EPI_PAD,
-        HALO_FWD_SMEM=halo_fwd_smem(halo, tiles["HF"], epi_staged), EPI_STAGED=epi_staged,
-        HALO_TF32_CTAS=halo_tf32_ctas(halo, tiles["HF"], epi_staged, (fpool, freduce)),
+        HALO_FWD_SMEM=fwd_smem, EPI_STAGED=epi_staged, HALO_TF32_CTAS=tf32_ctas,
+        HALO_TF32_CTAS_POOL_SAVE=min(tf32_ctas, HALO_TF32_CTAS_POOL_SAVE_MAX),
         EPI_TAP_UNROLL=tap_unroll(s.KH, s.KW),
         # the halo loaders' 16-byte copies read x (forward) and, where grad_x reads it directly, grad_y aligned
         ALIGN16_X=bool(halo and halo["HV"] > 1), ALIGN16_GY=bool(halo_dx and halo_dx["HV"] > 1 and not write_gz),

@@ -54,11 +54,11 @@ CONV_NOFLUSH_TF32 = {
 # more). Not shipped: the spills, and a loss where chunks are few. Timed before the halo forward got its own tile
 # (fourteenth session); with 3+ chunks that tile has 128 threads, and 3 CTAs then cap registers at 170, about what
 # those kernels use (148-174), so the edit matters where chunks are fewer (256 threads, 80 registers) as timed.
-# Twenty-seventh session: what shipped instead is halo_tf32_ctas (4 CTAs an SM on 128-thread tiles over 8+ chunks, the
-# Hopper path; one chunk on 256 threads at 4 CTAs lost 1.4%); this edit now gives every TF32 instance 3.
+# Twenty-seventh session: what shipped instead is halo_tf32_ctas (4 CTAs an SM on 128-thread tiles over 8+ chunks, on
+# sm_90; one chunk on 256 threads at 4 CTAs lost 1.4%); this edit now gives every TF32 instance 3.
 CONV_FWD_HALO_3CTAS = {
     "conv2d_epilogue/halo.cu.j2": [
-        ("__launch_bounds__(TileH::THREADS, X3 ? 2 : POOL && SAVE && HALO_TF32_CTAS > 3 ? 3 : HALO_TF32_CTAS) conv_forward_halo(",
+        ("__launch_bounds__(TileH::THREADS, X3 ? 2 : POOL && SAVE ? HALO_TF32_CTAS_POOL_SAVE : HALO_TF32_CTAS) conv_forward_halo(",
          "__launch_bounds__(TileH::THREADS, X3 ? 2 : 3) conv_forward_halo(")],
 }
 
