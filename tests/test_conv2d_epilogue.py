@@ -192,6 +192,25 @@ _TABLE += [
      CONV_IN + ["x = x * 2.0", "return torch.min(x, dim=1, keepdim=True)[0]"], [], {}),
 ]
 
+# Halo forwards whose first stage reduces over channels only: inference folds it into the conv kernel (FUSED_CREDUCE):
+# one CTA holding every channel writes the stage's output (a sum, keepdim, then a scalar parameter; a mean without
+# keepdim; logsumexp, then a pooling stage of its own), or channel slices (64-channel tiles of 80, two
+# groups, the 4-CTA tile of 128) write partials that a finishing kernel combines in order (amax, logsumexp, max values).
+_TABLE += [
+    ("creduce_ci8_sum_c_keepdim_shift", 1, (2, 8, 13, 37), conv(8, 20, 3, padding=1),
+     CONV_IN + ["x = x.sum(dim=1, keepdim=True)", "return x - self.shift"], ["self.shift = nn.Parameter(torch.tensor(0.25))"], {}),
+    ("creduce_ci16_relu_mean_c_sigmoid", 2, (2, 16, 11, 21), conv(16, 24, 3),
+     CONV_IN + ["x = torch.relu(x)", "x = torch.mean(x, 1)", "return torch.sigmoid(x)"], [], {}),
+    ("creduce_ci8_lse_c_keepdim_avgpool2", 0, (2, 8, 17, 15), conv(8, 32, 3, padding=1, bias=False),
+     CONV_IN + ["x = torch.logsumexp(x, dim=1, keepdim=True)", "return F.avg_pool2d(x, 2)"], [], {}),
+    ("creduce_ci8_co80_amax_c_tanh", 1, (2, 8, 10, 34), conv(8, 80, 3),
+     CONV_IN + ["x = torch.amax(x, dim=-3)", "return torch.tanh(x)"], [], {}),
+    ("creduce_groups2_lse_c_half", 1, (2, 16, 12, 18), conv(16, 24, 3, groups=2),
+     CONV_IN + ["x = torch.logsumexp(x, 1)", "return x * 0.5"], [], {}),
+    ("creduce_ci24_wide_max_c_values", 0, (3, 24, 9, 40), conv(24, 48, 3, padding=(0, 1)),
+     CONV_IN + ["return x.max(dim=1).values"], [], {}),
+]
+
 # After the convolution's program: 2-d pooling, reductions and views, each followed by a program (issue 9's stages).
 _TABLE += [
     ("maxpool2_mish", 3, (2, 4, 22, 20), conv(4, 16, 3), CONV_IN + ["x = F.hardswish(x - 0.5)", "x = F.max_pool2d(x, 2)",
@@ -373,7 +392,7 @@ def _random_conv(rng: random.Random, halo: bool = False) -> tuple[tuple[int, int
     halo forward takes (channels per group a multiple of 8, stride within the kernel)."""
     if halo:
         groups = rng.choice((1, 1, 2))
-        ci, co = groups * rng.choice((8, 8, 16, 24, 32)), groups * rng.choice((8, 16, 24, 32, 40))
+        ci, co = groups * rng.choice((8, 8, 16, 24, 32)), groups * rng.choice((8, 16, 24, 32, 40, 72))
     elif rng.random() < 0.2:  # depthwise, channel multiplier 1..3
         ci = rng.randint(1, 24)
         groups, co = ci, ci * rng.randint(1, min(3, 72 // ci))
@@ -463,16 +482,25 @@ STAGE_UNARY = ("torch.tanh({v})", "torch.sigmoid({v})", "torch.relu({v})", "{v}.
                "{v} - 0.25", "torch.clamp({v}, -1.0, 1.0)", "F.gelu({v})")
 
 
-def _random_fold(rng: random.Random, v: str) -> str:
-    """A first stage that a halo forward folds in: pooling whose windows tile its CTA's block, or a reduction over
-    (H, W) (sum, mean, amax, amin; adaptive avg / max pooling to 1x1)."""
+def _random_fold(rng: random.Random, v: str) -> tuple[str, int, bool]:
+    """A first stage that a halo forward folds in: pooling whose windows tile its CTA's block, a reduction over
+    (H, W) (sum, mean, amax, amin; adaptive avg / max pooling to 1x1) or over the channels alone (sum, mean, amax,
+    amin, logsumexp, max / min values). (expression, rank after it, whether its dim 1 is still the conv's channels)."""
     if rng.random() < 0.5:
         k = rng.choice((1, 2, 2, (1, 2), (2, 1), (2, 2)))
-        return f"F.{rng.choice(('avg', 'max'))}_pool2d({v}, {k!r})"
+        return f"F.{rng.choice(('avg', 'max'))}_pool2d({v}, {k!r})", 4, True
     if rng.random() < 0.3:
-        return f"F.adaptive_{rng.choice(('avg', 'max'))}_pool2d({v}, 1)"
+        return f"F.adaptive_{rng.choice(('avg', 'max'))}_pool2d({v}, 1)", 4, True
+    keep = rng.random() < 0.5
+    if rng.random() < 0.5:  # over the channels alone (FUSED_CREDUCE)
+        op, dim = rng.choice(("sum", "mean", "amax", "amin", "logsumexp", "max", "min")), rng.choice((1, -3))
+        if op in ("max", "min"):
+            expr = rng.choice((f"torch.{op}({v}, dim={dim}, keepdim={keep})[0]", f"{v}.{op}({dim}, keepdim={keep}).values"))
+        else:
+            expr = f"torch.{op}({v}, dim={dim}, keepdim={keep})"
+        return expr, 4 if keep else 3, False
     op, dims = rng.choice(("sum", "mean", "amax", "amin")), rng.choice(("(2, 3)", "[-2, -1]", "(-1, -2)"))
-    return f"torch.{op}({v}, dim={dims}, keepdim={rng.random() < 0.5})"
+    return f"torch.{op}({v}, dim={dims}, keepdim={keep})", 4 if keep else 2, keep
 
 
 def _random_tail(rng: random.Random, forward: list[str], init: list[str], fold: bool = False) -> int:
@@ -491,8 +519,7 @@ def _random_tail(rng: random.Random, forward: list[str], init: list[str], fold: 
     for i in range(1, rng.randint(1, 2) + 1):
         r = rng.random()
         if fold and i == 1:
-            expr = _random_fold(rng, value)
-            rank, channels = (4, True) if "pool2d" in expr or "keepdim=True" in expr else (2, False)
+            expr, rank, channels = _random_fold(rng, value)
         elif rank == 4 and r < 0.45:
             expr = _random_pool(rng, value)
         elif rank >= 2 and r < 0.55:
@@ -863,6 +890,9 @@ FUSED = ["halo_ci16_avgpool2_divisor_scale_c", "halo_ci8_maxpool_ceil_even_sum",
 FUSED_REDUCE = ["halo_ci8_k5s2_gelu_global_avg_squeeze", "halo_ci16_amax_hw_keepdim_scale_c", "halo_groups2_relu_sum_hw",
                 "halo_ci8_tanh_adaptive_max1_flatten", "halo_ci8_dil_amin_hw_sub"]
 FMA_FUSED_REDUCE = ["mean_keepdim_flatten_bias_c", "adaptive_max_global_view_mul"]  # folded into the forward on FMAs
+FUSED_CREDUCE = ["creduce_ci8_sum_c_keepdim_shift", "creduce_ci16_relu_mean_c_sigmoid", "creduce_ci8_lse_c_keepdim_avgpool2",
+                 "creduce_ci8_co80_amax_c_tanh", "creduce_groups2_lse_c_half", "creduce_ci24_wide_max_c_values",
+                 "halo_ci64_ctas4_scale_min_c"]
 
 
 @pytest.mark.parametrize("cid", FUSED)
@@ -1125,6 +1155,40 @@ def test_a_reduction_over_hw_after_a_halo_forward_is_folded_in_for_inference(cid
     assert r["PASS"] == {"mean": "SUM", "sum": "SUM", "amax": "MAX", "window_max": "MAX", "amin": "MIN"}[spec.stages[0].op]
 
 
+@pytest.mark.parametrize("cid", FUSED_CREDUCE)
+def test_a_reduction_over_channels_after_a_halo_forward_is_folded_in_for_inference(cid):
+    """The channel fold's plan: one CTA per position tile holds all of a group's channels (PARTS = 1, the stage's
+    output written by the conv kernel) or the G x CTILES channel slices write partials in channel order; the staged
+    tile, BN rows of TH*TW + EPI_PAD floats, within the kernel's shared memory; the kernel and its finish rendered."""
+    spec = _spec(CASE[cid])
+    d = fam.derive(spec)
+    h, f, r = d["HALO"], d["HF"], d["FUSED_CREDUCE"]
+    assert h is not None and r is not None and d["FUSED_POOL"] is None and d["FUSED_REDUCE"] is None
+    cog = spec.CO // spec.G
+    assert r["PARTS"] == spec.G * -(-cog // f["BN"]) and r["CLD"] == h["TH"] * h["TW"] + fam.EPI_PAD
+    assert r["SMEM_BYTES"] >= max(h["SMEM_BYTES"], f["BN"] * r["CLD"] * 4) and f["THREADS"] >= h["TH"] * h["TW"]
+    assert r["PAIR"] is (spec.stages[0].op == "logsumexp") and d["TRAIN_EXTRA"]
+    files = emit.generate(write_problem(CASE[cid])).files
+    kernel = files["kernel.cu"]
+    assert "conv_forward_halo<false, true, false><<<" in kernel and "conv_forward_halo<true, true, false><<<" in kernel
+    assert "conv_forward_halo<false, true, true>" not in kernel  # inference only: training runs the stage's own kernel
+    assert ("cfold_finish<<<" in kernel) is (r["PARTS"] > 1)
+    run_forward = files["binding.cpp"].split("run_forward(")[1].split("\n}\n")[0]
+    assert "if (!save)" in run_forward and "_forward_pooled(" in run_forward and "_forward(c.x" in run_forward
+
+
+def test_reductions_not_over_channels_alone_are_not_folded_as_one():
+    """Only dims (1,) (or -3) take the channel fold; with the batch or spatial dims too, or without a halo forward
+    (6 input channels), the stage keeps its own kernel."""
+    base = CASE["creduce_ci8_co80_amax_c_tanh"]
+    assert fam.derive(_spec(base))["FUSED_CREDUCE"] is not None
+    for dims in ("(1, 2)", "(1, 2, 3)", "0", "2"):
+        src = base.replace("dim=-3", f"dim={dims}")
+        assert fam.derive(_spec(src))["FUSED_CREDUCE"] is None, dims
+    src = conv_epilogue_problem((2, 6, 20, 19), conv(6, 12, 3), CONV_IN + ["return x.sum(dim=1)"])
+    assert fam.derive(_spec(src))["FUSED_CREDUCE"] is None
+
+
 def test_random_draws_reach_the_folded_first_stages():
     """The sweep's generator (random_problem) draws halo convolutions whose first stage inference folds in, and few
     input channels whose grad_x runs on FMAs over several stride phases, so the GPU sweeps check those kernels on shapes
@@ -1132,6 +1196,8 @@ def test_random_draws_reach_the_folded_first_stages():
     plans = [fam.derive(_spec(_random_case(random.Random(f"fold:{i}"))[0])) for i in range(80)]
     assert sum(d["FUSED_POOL"] is not None for d in plans) >= 3
     assert sum(d["FUSED_REDUCE"] is not None for d in plans) >= 3
+    assert sum(d["FUSED_CREDUCE"] is not None for d in plans) >= 3
+    assert sum(d["FUSED_CREDUCE"] is not None and d["FUSED_CREDUCE"]["PARTS"] > 1 for d in plans) >= 1
     assert sum(d["FMA_DX"] is not None and len(d["FMA_DX"]["PHASES"]) > 1 for d in plans) >= 2
     assert sum(d["FMA_FWD"] is not None for d in plans) >= 3
 
@@ -1219,7 +1285,7 @@ def test_backward_kernels_are_chosen_by_shape(cid):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("tf32", [False, True], ids=["tf32_off", "tf32_on"])
-@pytest.mark.parametrize("cid", FUSED + FUSED_REDUCE + FMA_FUSED_REDUCE)
+@pytest.mark.parametrize("cid", FUSED + FUSED_REDUCE + FMA_FUSED_REDUCE + FUSED_CREDUCE)
 def test_inference_with_pooling_folded_in_matches(cid, tf32):
     """Without autograd the first pooling stage, or a first reduction over (H, W), runs inside the convolution's
     kernel. Training folds the pooling too, in the kernel built with SAVE (the numerics tier checks its gradients);

@@ -647,6 +647,38 @@ def fused_reduce(spec: Spec, halo: dict | None, tile: dict, fma_fwd: dict | None
                 TILES=halo["TILES_H"] * halo["TILES_W"], SMEM_BYTES=max(halo["SMEM_BYTES"], ps), TAP_UNROLL=spec.KW)
 
 
+FOLD_CREDUCE_PASS = {"sum": "SUM", "mean": "SUM", "amax": "MAX", "amin": "MIN", "max_dim": "MAX", "min_dim": "MIN",
+                     "logsumexp": "LSE"}
+FOLD_CREDUCE_MIN_CHANNELS = 4  # a channel reduction's partials: at least this many channels each (else no fold)
+
+
+def fused_creduce(spec: Spec, halo: dict | None, tile: dict) -> dict | None:
+    """Inference (no autograd) through the halo forward with a first stage that reduces over the channel dim only
+    (dims (1,), keepdim or not) folded in: sum, mean, amax, amin, logsumexp, and max / min over dim 1 (inference
+    needs only their values, NaN propagating as PyTorch's). Each CTA stages its program outputs, [BN][CLD] in shared
+    memory (CLD = TH*TW + EPI_PAD: the fragment stores hit distinct banks), and one thread a position combines the
+    CTA's channels in order (logsumexp: the maximum, then the sum of exp(v - shift), shift = 0 where the maximum is
+    infinite, as PyTorch's). Where one CTA holds every channel (G = 1 and COG <= BN: PARTS = 1) it applies the
+    stage's program and writes the stage's output; else each of the G x CTILES channel slices writes one partial per
+    position ([n][PARTS][HO*WO]; logsumexp a (shift, sum) pair) and cfold_finish combines them in channel order.
+    The conv output (CO values a position) never reaches global memory; the result is the same bits run to run.
+    None: no halo forward, another first stage, or slices under FOLD_CREDUCE_MIN_CHANNELS channels."""
+    if halo is None or not spec.stages:
+        return None
+    st = spec.stages[0]
+    if st.kind != "reduce" or st.op not in FOLD_CREDUCE_PASS or tuple(st.dims) != (1,) or not st.in_batched:
+        return None
+    cog, bn = spec.CO // spec.G, tile["BN"]
+    ctiles = ceil_div(cog, bn)
+    if min(cog, bn) < FOLD_CREDUCE_MIN_CHANNELS or tile["BM"] != halo["TH"] * halo["TW"] or tile["THREADS"] < tile["BM"]:
+        return None
+    cld = halo["TH"] * halo["TW"] + EPI_PAD
+    # taps unrolled as the unfolded forward's (TAP_UNROLL): a kernel row at a time (the folded pool's choice) spilled 16
+    # bytes at 128 registers on sm_90 (scaling_min_c's TF32 instance at 4 CTAs an SM)
+    return dict(PASS=FOLD_CREDUCE_PASS[st.op], MEAN=st.op == "mean", PARTS=spec.G * ctiles, CLD=cld,
+                PAIR=st.op == "logsumexp", SMEM_BYTES=max(halo["SMEM_BYTES"], bn * cld * 4), TAP_UNROLL=halo["TAP_UNROLL"])
+
+
 def fold_pool_backward(spec: Spec) -> dict | None:
     """Training: when the first stage is 2-d pooling (any kind), the convolution's adjoint kernel gathers that stage's
     input gradient itself (tail.cu.j2's pool_grad per conv output element) instead of reading it from a tensor the
@@ -888,12 +920,13 @@ def derive(spec: Spec) -> dict:
         stages.append(ctx)
         first += len(st.params)
     freduce = fused_reduce(s, halo, tiles["HF"], fma_fwd)
+    fcreduce = fused_creduce(s, halo, tiles["HF"])
     epi_staged = bool(halo) and s.WO % 8 != 0  # rows that split 32-byte sectors (EPI_PAD's comment)
     fwd_smem = halo_fwd_smem(halo, tiles["HF"], epi_staged)
-    tf32_ctas = halo_tf32_ctas(halo, tiles["HF"], fwd_smem, (fpool, freduce))
+    tf32_ctas = halo_tf32_ctas(halo, tiles["HF"], fwd_smem, (fpool, freduce, fcreduce))
     # Does the training forward do more than inference's: write z, a stage's pre-program value or winners, or give up
     # the folded reduction? Then the binding's save policy may leave that work to the backward (recompute).
-    train_extra = needs_z or freduce is not None or any(
+    train_extra = needs_z or freduce is not None or fcreduce is not None or any(
         st["save_pre"] >= 0 or st["save_idx"] >= 0 for st in stages if st["kind"] != "view")
     for key, t in tiles.items():
         ctiles = ceil_div(cog if key in ("F", "HF") else cig, t["BN"])
@@ -914,7 +947,7 @@ def derive(spec: Spec) -> dict:
         EPI_TAP_UNROLL=tap_unroll(s.KH, s.KW),
         # the halo loaders' 16-byte copies read x (forward) and, where grad_x reads it directly, grad_y aligned
         ALIGN16_X=bool(halo and halo["HV"] > 1), ALIGN16_GY=bool(halo_dx and halo_dx["HV"] > 1 and not write_gz),
-        FUSED_POOL=fpool, FUSED_REDUCE=freduce, TRAIN_EXTRA=train_extra,
+        FUSED_POOL=fpool, FUSED_REDUCE=freduce, FUSED_CREDUCE=fcreduce, TRAIN_EXTRA=train_extra,
         dg_phases=phases, DG_MAX_PIXELS=max(ph["hp"] * ph["wp"] for ph in phases),
         params=[dict(c=f"p{i}", name=p.name, shape=list(p.shape)) for i, p in enumerate(all_params(s))],
         conv_params=[dict(c=f"p{i}", name=p.name, shape=list(p.shape)) for i, p in enumerate(s.params)],
@@ -965,6 +998,11 @@ def describe(spec: Spec) -> list[str]:
     if d["FUSED_REDUCE"]:
         program.append(f"inference folds the first stage's reduction over (H, W) into the halo forward: one partial "
                        f"per (image, channel, {d['FUSED_REDUCE']['TILES']} tiles), combined in a fixed order by a finishing kernel")
+    if d["FUSED_CREDUCE"]:
+        parts = d["FUSED_CREDUCE"]["PARTS"]
+        program.append("inference folds the first stage's reduction over channels into the halo forward: " +
+                       ("each CTA holds every channel and writes the stage's output" if parts == 1 else
+                        f"one partial per (position, channel slice), {parts} slices combined in order by a finishing kernel"))
     if d["DIRECT"]:
         return program + [
             f"one input channel per group ({spec.G} groups of {d['COG']} out channels, {spec.KH}x{spec.KW} taps): direct",
