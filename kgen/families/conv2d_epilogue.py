@@ -575,8 +575,11 @@ def halo_w_plan(spec: Spec, gz_is_gy: bool) -> dict | None:
     gzv = next(v for v in (4, 2, 1) if s.WO % v == 0 and tw % v == 0 and ldp % v == 0 and stage % v == 0)
     # k steps unrolled with TF32 allowed: with one tap group the unrolled steps' fragment addresses are immediates
     # (a warp's positions are consecutive, so each k step adds a constant halo offset). By 4 since the copy loops
-    # became per-thread strided rows (twenty-third session); all 8 steps of a 64-channel tile spilled 4 bytes on sm_90
-    unroll = 4 if tg == 1 else 1
+    # became per-thread strided rows (twenty-third session); all 8 steps of a 64-channel tile spilled 4 bytes on sm_90.
+    # By 2 where gz copies are narrower than 4 positions on tiles narrower than 32 columns: by 4, Conv2d(24 -> 64 or
+    # 80, 3, padding=1) on 14 x 18 inputs (GZV 2, 8 x 16 tiles) spilled 48-60 bytes on sm_90 at 128 registers
+    # (twenty-eighth session; by 2: 120 registers, none)
+    unroll = (4 if gzv == 4 or tw >= 32 else 2) if tg == 1 else 1
     # taps a flush group: one group's mmas run on `part`, so acc and part together hold NT + PT taps' accumulators
     # (TF32: all taps, the A fragment loaded once a k step; 3xTF32, whose split fragments hold more: half of them)
     pt_tf32, pt_x3 = nt, ceil_div(nt, 2)
