@@ -211,6 +211,15 @@ _TABLE += [
      CONV_IN + ["return x.max(dim=1).values"], [], {}),
 ]
 
+# 4 x 1 warp halo tiles narrowed to out channels that are not a power of two (trim_halo_n): 80 as two 48-wide tiles
+# under a folded max pooling, and two groups of 48 with the staged training epilogue (34-wide rows)
+_TABLE += [
+    ("halo_trim_ci24_co80_relu_maxpool2", 1, (2, 24, 14, 18), conv(24, 80, 3, padding=1),
+     CONV_IN + ["x = torch.relu(x)", "return F.max_pool2d(x, 2)"], [], {}),
+    ("halo_trim_groups2_co96_silu_bias_c", 2, (2, 48, 9, 36), conv(48, 96, 3, groups=2),
+     CONV_IN + ["x = F.silu(x)", "return x + self.bias"], ["self.bias = nn.Parameter(torch.randn(out_channels, 1, 1))"], {}),
+]
+
 # After the convolution's program: 2-d pooling, reductions and views, each followed by a program (issue 9's stages).
 _TABLE += [
     ("maxpool2_mish", 3, (2, 4, 22, 20), conv(4, 16, 3), CONV_IN + ["x = F.hardswish(x - 0.5)", "x = F.max_pool2d(x, 2)",
@@ -1175,6 +1184,26 @@ def test_a_reduction_over_channels_after_a_halo_forward_is_folded_in_for_inferen
     assert ("cfold_finish<<<" in kernel) is (r["PARTS"] > 1)
     run_forward = files["binding.cpp"].split("run_forward(")[1].split("\n}\n")[0]
     assert "if (!save)" in run_forward and "_forward_pooled(" in run_forward and "_forward(c.x" in run_forward
+
+
+@pytest.mark.parametrize("co,groups,bn", [(48, 1, 48), (80, 1, 48), (96, 2, 48), (40, 1, 48), (64, 1, 64), (112, 1, 64),
+                                           (192, 1, 64), (24, 1, 32), (100, 1, 64)])
+def test_halo_forward_tiles_narrow_to_the_out_channels(co, groups, bn):
+    """4 x 1 warp halo tiles (3+ chunks of input channels) take BN = 16 * ceil(COG / (16 * CTILES)) with CTILES as at
+    the power-of-two width: no more tiles, fewer padding columns; the kernel renders with that tile."""
+    src = conv_epilogue_problem((2, 24 * groups, 10, 20), conv(24 * groups, co, 3, groups=groups), CONV_IN + ["return torch.tanh(x)"])
+    d = fam.derive(_spec(src))
+    hf, cog = d["HF"], co // groups
+    assert (hf["WARPS_M"], hf["WARPS_N"], hf["BN"]) == (4, 1, bn)
+    assert -(-cog // hf["BN"]) == -(-cog // min(64, 1 << (cog - 1).bit_length()))  # as many channel tiles
+    assert f"using TileH = Tile<128, {bn}, 4, 1," in emit.generate(write_problem(src)).files["kernel.cu"]
+
+
+def test_a_reduction_over_hw_keeps_a_power_of_two_halo_tile():
+    """The (H, W) fold splits THREADS / BN lanes a channel: a first stage reducing over (H, W) keeps the 64-wide tile."""
+    src = conv_epilogue_problem((2, 24, 10, 20), conv(24, 48, 3), CONV_IN + ["return x.mean(dim=(2, 3))"])
+    d = fam.derive(_spec(src))
+    assert d["HF"]["BN"] == 64 and d["FUSED_REDUCE"] is not None
 
 
 def test_reductions_not_over_channels_alone_are_not_folded_as_one():

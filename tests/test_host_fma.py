@@ -202,7 +202,7 @@ def test_direct_kernels_are_pytorchs_on_the_cpu(tmp_path, cid, src):
 # flush), one staging buffer for 64 out channels. Inference's instance (no folded stage: those CASES fold a pool or
 # a reduction into the kernel, a different signature).
 HALO_FORWARD = ["halo_ci16_pad1_relu", "halo_groups2_k5_s2_p2_silu", "halo_ci24_k3x5_dil21_bias_c", "halo_lone_ci8_wo16",
-                "halo_ci256_k3_noflush_tanh", "halo_ci16_k5_onestage_relu_bias_c"]
+                "halo_ci256_k3_noflush_tanh", "halo_ci16_k5_onestage_relu_bias_c", "halo_trim_groups2_co96_silu_bias_c"]
 
 
 @pytest.mark.parametrize("tf32", [False, True], ids=["3xtf32", "tf32"])

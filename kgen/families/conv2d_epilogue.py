@@ -464,8 +464,31 @@ def halo_tile(spec: Spec) -> dict:
     0.810; 8 (64->64) 0.358 -> 0.306, the dilated (64->128) 0.964 -> 0.865; TF32 off: relu + bias 1.721 -> 1.702, 3
     chunks 1.036 -> 0.893, 8 chunks 0.756 -> 0.721. With 2 chunks it went either way: Conv2d(16->64, 3, padding=1)
     -3% or even, without padding (254-wide outputs) +23-30% (not understood), so fewer chunks keep 2 x 4 warps (one
-    chunk gained 3-10%: a candidate once the 2-chunk loss is understood)."""
-    return halo_warp_tile(spec.CO // spec.G, spec.CI // spec.G // HALO_CC)
+    chunk gained 3-10%: a candidate once the 2-chunk loss is understood). Out channels that are not a power of two
+    take a trimmed tile (trim_halo_n)."""
+    cols = spec.CO // spec.G
+    tile = halo_warp_tile(cols, spec.CI // spec.G // HALO_CC)
+    st = spec.stages[0] if spec.stages else None
+    if st is not None and st.kind == "reduce" and tuple(st.dims) == (2, 3):  # the (H, W) fold: BN lanes a power of two
+        return tile
+    return trim_halo_n(tile, cols)
+
+
+HALO_TRIM_N = 16  # a trimmed halo tile's BN: a multiple of this (an even count of n8 tiles a warp: 16-byte weight loads)
+
+
+def trim_halo_n(tile: dict, cols: int) -> dict:
+    """A 4 x 1 warp halo tile narrowed to the group's out channels: the CTILES tiles that `cols` needs at the
+    power-of-two width, each HALO_TRIM_N * ceil(cols / (HALO_TRIM_N * CTILES)) wide, so 48 out channels take one
+    48-wide tile (6 n8 tiles a warp) instead of 64 (8, two of them padding), and 80 take two of 48 instead of two of
+    64: the mmas, weight loads and epilogue of the padding columns are gone. 2 x 4 warp tiles keep their width."""
+    if tile["WARPS_N"] != 1:
+        return tile
+    ctiles = ceil_div(cols, tile["BN"])
+    bn = HALO_TRIM_N * ceil_div(cols, HALO_TRIM_N * ctiles)
+    if bn >= tile["BN"]:
+        return tile
+    return dict(tile, BN=bn, LDB=bn + 8)  # LDB: 8 or 24 mod 32 (the Tile struct's check; the halo kernels read no Bs)
 
 
 def halo_warp_tile(cols: int, chunks: int) -> dict:

@@ -28,7 +28,8 @@ def pool_form(fam, spec) -> tuple:
 
 def conv_form(fam, spec) -> tuple:
     d = fam.derive(spec)
-    keys = ("HALO", "HALO_DX", "HALO_W", "FMA_DX", "FMA_FWD", "FUSED_POOL", "FUSED_REDUCE", "DIRECT", "write_gz", "EPI_STAGED")
+    keys = ("HALO", "HALO_DX", "HALO_W", "FMA_DX", "FMA_FWD", "FUSED_POOL", "FUSED_REDUCE", "FUSED_CREDUCE", "DIRECT", "write_gz",
+            "EPI_STAGED")
     return tuple(bool(d[k]) for k in keys)
 
 
