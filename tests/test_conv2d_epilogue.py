@@ -209,6 +209,17 @@ _TABLE += [
      CONV_IN + ["x = torch.logsumexp(x, 1)", "return x * 0.5"], [], {}),
     ("creduce_ci24_wide_max_c_values", 0, (3, 24, 9, 40), conv(24, 48, 3, padding=(0, 1)),
      CONV_IN + ["return x.max(dim=1).values"], [], {}),
+    # 3+ chunks (4 x 1 warps): the fold in registers (REG), with padding columns (40 of a 48-wide tile), two channel
+    # tiles, two groups
+    ("creduce_reg_ci24_co40_lse_c_keepdim_scale", 1, (2, 24, 11, 30), conv(24, 40, 3, padding=1),
+     CONV_IN + ["x = torch.logsumexp(x, dim=1, keepdim=True)", "return x * self.scale"],
+     ["self.scale = nn.Parameter(torch.tensor(0.75))"], {}),
+    ("creduce_reg_ci32_co96_relu_mean_c", 1, (2, 32, 10, 21), conv(32, 96, 3), CONV_IN + ["x = torch.relu(x)",
+                                                                                   "return x.mean(1)"], [], {}),
+    ("creduce_reg_groups2_ci48_sum_c_tanh", 1, (2, 48, 12, 17), conv(48, 64, 3, groups=2, bias=False),
+     CONV_IN + ["x = torch.sum(x, dim=1)", "return torch.tanh(x)"], [], {}),
+    ("creduce_reg_ci24_co80_lse_c", 0, (2, 24, 9, 14), conv(24, 80, (3, 2)), CONV_IN + ["return torch.logsumexp(x, 1)"],
+     [], {}),
 ]
 
 # 4 x 1 warp halo tiles narrowed to out channels that are not a power of two (trim_halo_n): 80 as two 48-wide tiles
@@ -901,7 +912,8 @@ FUSED_REDUCE = ["halo_ci8_k5s2_gelu_global_avg_squeeze", "halo_ci16_amax_hw_keep
 FMA_FUSED_REDUCE = ["mean_keepdim_flatten_bias_c", "adaptive_max_global_view_mul"]  # folded into the forward on FMAs
 FUSED_CREDUCE = ["creduce_ci8_sum_c_keepdim_shift", "creduce_ci16_relu_mean_c_sigmoid", "creduce_ci8_lse_c_keepdim_avgpool2",
                  "creduce_ci8_co80_amax_c_tanh", "creduce_groups2_lse_c_half", "creduce_ci24_wide_max_c_values",
-                 "halo_ci64_ctas4_scale_min_c"]
+                 "halo_ci64_ctas4_scale_min_c", "creduce_reg_ci24_co40_lse_c_keepdim_scale", "creduce_reg_ci32_co96_relu_mean_c",
+                 "creduce_reg_groups2_ci48_sum_c_tanh", "creduce_reg_ci24_co80_lse_c"]
 
 
 @pytest.mark.parametrize("cid", FUSED)
@@ -1175,13 +1187,16 @@ def test_a_reduction_over_channels_after_a_halo_forward_is_folded_in_for_inferen
     assert h is not None and r is not None and d["FUSED_POOL"] is None and d["FUSED_REDUCE"] is None
     cog = spec.CO // spec.G
     assert r["PARTS"] == spec.G * -(-cog // f["BN"]) and r["CLD"] == h["TH"] * h["TW"] + fam.EPI_PAD
-    assert r["SMEM_BYTES"] >= max(h["SMEM_BYTES"], f["BN"] * r["CLD"] * 4) and f["THREADS"] >= h["TH"] * h["TW"]
+    assert r["REG"] is (f["WARPS_N"] == 1)  # 4 x 1 warps: in registers; else staged in shared memory
+    assert r["SMEM_BYTES"] >= (h["SMEM_BYTES"] if r["REG"] else max(h["SMEM_BYTES"], f["BN"] * r["CLD"] * 4))
+    assert f["THREADS"] >= h["TH"] * h["TW"]
     assert r["PAIR"] is (spec.stages[0].op == "logsumexp") and d["TRAIN_EXTRA"]
     files = emit.generate(write_problem(CASE[cid])).files
     kernel = files["kernel.cu"]
     assert "conv_forward_halo<false, true, false><<<" in kernel and "conv_forward_halo<true, true, false><<<" in kernel
     assert "conv_forward_halo<false, true, true>" not in kernel  # inference only: training runs the stage's own kernel
     assert ("cfold_finish<<<" in kernel) is (r["PARTS"] > 1)
+    assert ("ps[col * CFOLD_LD + row]" in kernel) is not r["REG"]
     run_forward = files["binding.cpp"].split("run_forward(")[1].split("\n}\n")[0]
     assert "if (!save)" in run_forward and "_forward_pooled(" in run_forward and "_forward(c.x" in run_forward
 

@@ -683,7 +683,8 @@ def fused_creduce(spec: Spec, halo: dict | None, tile: dict) -> dict | None:
     (dims (1,), keepdim or not) folded in: sum, mean, amax, amin, logsumexp, and max / min over dim 1 (inference
     needs only their values, NaN propagating as PyTorch's). Each CTA stages its program outputs, [BN][CLD] in shared
     memory (CLD = TH*TW + EPI_PAD: the fragment stores hit distinct banks), and one thread a position combines the
-    CTA's channels in order (logsumexp: the maximum, then the sum of exp(v - shift), shift = 0 where the maximum is
+    CTA's channels in order (on 4 x 1 warp tiles, REG: in registers, each thread its fragment's columns, then the
+    row's 4 lanes by shuffles) (logsumexp: the maximum, then the sum of exp(v - shift), shift = 0 where the maximum is
     infinite, as PyTorch's). Where one CTA holds every channel (G = 1 and COG <= BN: PARTS = 1) it applies the
     stage's program and writes the stage's output; else each of the G x CTILES channel slices writes one partial per
     position ([n][PARTS][HO*WO]; logsumexp a (shift, sum) pair) and cfold_finish combines them in channel order.
@@ -699,10 +700,14 @@ def fused_creduce(spec: Spec, halo: dict | None, tile: dict) -> dict | None:
     if min(cog, bn) < FOLD_CREDUCE_MIN_CHANNELS or tile["BM"] != halo["TH"] * halo["TW"] or tile["THREADS"] < tile["BM"]:
         return None
     cld = halo["TH"] * halo["TW"] + EPI_PAD
+    # REG: on 4 x 1 warp tiles a warp holds all BN channels of its 32 positions, so each thread combines its fragment's
+    # columns of a row in registers and a row's 4 lanes finish by shuffles: no staging in shared memory
+    reg = tile["WARPS_N"] == 1
     # taps unrolled as the unfolded forward's (TAP_UNROLL): a kernel row at a time (the folded pool's choice) spilled 16
     # bytes at 128 registers on sm_90 (scaling_min_c's TF32 instance at 4 CTAs an SM)
-    return dict(PASS=FOLD_CREDUCE_PASS[st.op], MEAN=st.op == "mean", PARTS=spec.G * ctiles, CLD=cld,
-                PAIR=st.op == "logsumexp", SMEM_BYTES=max(halo["SMEM_BYTES"], bn * cld * 4), TAP_UNROLL=halo["TAP_UNROLL"])
+    return dict(PASS=FOLD_CREDUCE_PASS[st.op], MEAN=st.op == "mean", PARTS=spec.G * ctiles, CLD=cld, REG=reg,
+                PAIR=st.op == "logsumexp", SMEM_BYTES=halo["SMEM_BYTES"] if reg else max(halo["SMEM_BYTES"], bn * cld * 4),
+                TAP_UNROLL=halo["TAP_UNROLL"])
 
 
 def fold_pool_backward(spec: Spec) -> dict | None:
