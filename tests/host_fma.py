@@ -165,19 +165,22 @@ def section(src: str, start: str, end: str) -> str:
 
 
 def host_source(kernel_cu: str, which: str, d: dict, n: int, tf32: bool) -> str:
-    """A host program that runs kernel `which` ("grad_x", "forward", "forward_fold", "halo_forward", "halo_grad_x",
-    "halo_grad_w", "direct_forward" or "direct_grad_x") of the rendered kernel.cu on inputs read from in<k>.bin
-    (grad_x: gz, w; grad_w: gz, x; the forwards: x, w, bias, the program's parameters) and writes out.bin (the
-    forwards: y, and z to z.bin; forward_fold: the first stage's output, one value an (image, channel)); d is the
-    family's derive() of the problem."""
+    """A host program that runs kernel `which` ("grad_x", "forward", "forward_fold", "forward_cfold", "halo_forward",
+    "halo_cfold", "halo_grad_x", "halo_grad_w", "direct_forward" or "direct_grad_x") of the rendered kernel.cu on inputs
+    read from in<k>.bin (grad_x: gz, w; grad_w: gz, x; the forwards: x, w, bias, the program's parameters) and writes
+    out.bin (the forwards: y, and z to z.bin; forward_fold: the first stage's output, one value an (image, channel);
+    forward_cfold / halo_cfold: the first stage's output with a reduction over channels folded in, one value an
+    (image, position)); d is the family's derive() of the problem."""
     ns = re.search(r"^namespace (kgen_conv2d_epilogue_\w+_ns) \{", kernel_cu, re.M).group(1)
     pointwise = section(kernel_cu, "#ifndef KGEN_POINTWISE_CUH", "namespace " + ns)
     consts = section(kernel_cu, "// ---------------- compile-time problem description", "// ---------------- conv taps")
     # the forward on FMAs, after the folded reduction's constants and helpers where the problem folds one (its FOLD
     # instance uses them; kept by every body that includes the forward)
-    fold = (section(kernel_cu, "// ---------------- folded reduction", "// ---------------- forward ----------------")
-            if "\n// ---------------- folded reduction" in kernel_cu else "")
-    forward = fold + section(kernel_cu, "// ---------------- forward ----------------", "// A[m][k] = x[n, g*CIG + ci")
+    fold = next((section(kernel_cu, head, "// ---------------- forward ----------------") for head in
+                 ("// ---------------- folded reduction", "// ---------------- folded channel reduction")
+                 if "\n" + head in kernel_cu), "")
+    forward_only = section(kernel_cu, "// ---------------- forward ----------------", "// A[m][k] = x[n, g*CIG + ci")
+    forward = fold + forward_only
     t = "true" if tf32 else "false"
 
     def grad_x(launch: str) -> str:
@@ -206,7 +209,7 @@ def host_source(kernel_cu: str, which: str, d: dict, n: int, tf32: bool) -> str:
         blocks = f"(({n}LL * {d['FMA_DX']['MAX_GROUPS']} + fdx::THREADS - 1) / fdx::THREADS)"
         run = grad_x(f"launch({blocks} * fdx::NPH, G, 1, fdx::THREADS, "
                      f"[&] {{ conv_grad_x_fma<{t}>(gz.data(), w.data(), gx.data(), {n}LL); }});")
-    elif which in ("halo_forward", "halo_grad_x", "halo_grad_w"):  # on the emulated mma.sync
+    elif which in ("halo_forward", "halo_cfold", "halo_grad_x", "halo_grad_w"):  # on the emulated mma.sync
         tiles = section(kernel_cu, "// ---------------- tensor-core tile machinery", "// ---------------- forward ----------------")
         tiles, k = re.subn(r"// N = 1, 2 or 4 floats.*?cp\.async\.wait_group[^\n]*\n", "", tiles, flags=re.S)
         assert k == 1, "the tile section's cp.async helpers moved: update the host run's cut"
@@ -216,7 +219,7 @@ def host_source(kernel_cu: str, which: str, d: dict, n: int, tf32: bool) -> str:
             halo += section(kernel_cu, "// ---------------- backward: grad_w from halo tiles", "}  // namespace " + ns)
         halo, k = re.subn(r"extern __shared__ __align__\(16\) float (\w+)\[\];", r"float* \1 = g_dyn_smem;", halo)
         assert k, "no dynamic shared memory in the halo kernels' text: update the host run's cut"
-        body = tiles + forward + halo
+        body = tiles + forward_only + halo  # (the tile section runs up to the forward's: the fold's helpers are in it)
         x3 = "false" if tf32 else "true"
         if which == "halo_grad_x":  # HALO_DX: gz, w in
             run = grad_x(f"std::vector<float> wt(HaloD::WT_FLOATS, NAN);\n"
@@ -232,6 +235,24 @@ def host_source(kernel_cu: str, which: str, d: dict, n: int, tf32: bool) -> str:
   launch(hw::COMBOS, splits, 1, hw::THREADS, [&] {{ conv_grad_w_halo<{x3}, hw::GZV>(gz.data(), x.data(), part.data(), tiles, 1); }});
   launch((CO * KTOT + 255) / 256, 1, 1, 256, [&] {{ finish_grad_w(part.data(), splits, gw.data()); }});
   write_floats("out.bin", gw);"""
+        elif which == "halo_cfold":  # HALO with FUSED_CREDUCE: the folded instance, then cfold_finish where it runs
+            cr, st = d["FUSED_CREDUCE"], d["stages"][0]
+            assert not st["params"], "the host channel-fold run passes no stage parameters"
+            nparams = len(d["conv_params"])
+            loads = "".join(f" auto p{i} = read_floats(\"in{3 + i}.bin\");" for i in range(nparams))
+            args = "".join(f"p{i}.data(), " for i in range(nparams))
+            finish = (f"  launch(({n} * YPLANE + 255) / 256, 1, 1, 256, [&] {{ cfold_finish(part.data(), out.data(), {n}LL * YPLANE); }});"
+                      if cr["FINISH"] else "")
+            run = f"""
+  auto x = read_floats("in0.bin"); auto w = read_floats("in1.bin"); auto b = read_floats("in2.bin");{loads}
+  const float* bias = b.empty() ? nullptr : b.data();
+  std::vector<float> wt(HaloF::WT_FLOATS, NAN), out((size_t){n} * YPLANE, NAN);
+  std::vector<float> part((size_t){n} * CFOLD_PARTS * {2 if cr["PAIR"] else 1} * YPLANE, NAN);
+  launch((HaloF::WT_FLOATS + 255) / 256, 1, 1, 256, [&] {{ arrange_weights<HaloF>(w.data(), wt.data(), {int(tf32)}); }});
+  launch({n} * HaloF::TILES_H * HaloF::TILES_W, G * HaloF::CTILES, 1, TileH::THREADS, [&] {{
+    conv_forward_halo<{x3}, true, false>(x.data(), bias, {args}{"part" if cr["FINISH"] else "out"}.data(), wt.data(), nullptr, nullptr); }});
+{finish}
+  write_floats("out.bin", out);"""
         else:  # halo_forward: HALO, inference's instance
             run = forward_run(
                 f"std::vector<float> wt(HaloF::WT_FLOATS, NAN);\n"
@@ -259,6 +280,21 @@ def host_source(kernel_cu: str, which: str, d: dict, n: int, tf32: bool) -> str:
   launch({n} * FOLD_TILES, G * ffw::CTILES, 1, ffw::THREADS,
          [&] {{ conv_forward_fma<{t}, true>(x.data(), w.data(), bias, {args}part.data(), nullptr, {n}LL); }});
   launch(({n} * CO + 7) / 8, 1, 1, 256, [&] {{ fold_finish(part.data(), out.data(), {n}LL * CO); }});
+  write_floats("out.bin", out);"""
+    elif which == "forward_cfold":
+        body = forward
+        cr = d["FUSED_CREDUCE"]
+        assert not d["stages"][0]["params"], "the host channel-fold run passes no stage parameters"
+        nparams = len(d["conv_params"])
+        loads = "".join(f" auto p{i} = read_floats(\"in{3 + i}.bin\");" for i in range(nparams))
+        args = "".join(f"p{i}.data(), " for i in range(nparams))
+        run = f"""
+  auto x = read_floats("in0.bin"); auto w = read_floats("in1.bin"); auto b = read_floats("in2.bin");{loads}
+  const float* bias = b.empty() ? nullptr : b.data();
+  std::vector<float> part((size_t){n} * CFOLD_PARTS * {2 if cr["PAIR"] else 1} * YPLANE, NAN), out((size_t){n} * YPLANE, NAN);
+  launch(({n}LL * HO * ffw::GW + ffw::THREADS - 1) / ffw::THREADS, G * ffw::CTILES, 1, ffw::THREADS,
+         [&] {{ conv_forward_fma<{t}, true>(x.data(), w.data(), bias, {args}part.data(), nullptr, {n}LL); }});
+  launch(({n} * YPLANE + 255) / 256, 1, 1, 256, [&] {{ cfold_finish(part.data(), out.data(), {n}LL * YPLANE); }});
   write_floats("out.bin", out);"""
     else:
         body = forward

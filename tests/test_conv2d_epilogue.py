@@ -220,6 +220,16 @@ _TABLE += [
      CONV_IN + ["x = torch.sum(x, dim=1)", "return torch.tanh(x)"], [], {}),
     ("creduce_reg_ci24_co80_lse_c", 0, (2, 24, 9, 14), conv(24, 80, (3, 2)), CONV_IN + ["return torch.logsumexp(x, 1)"],
      [], {}),
+    # groups of at most 4 input channels: the fold in the forward on FMAs (each thread its CT channels a column, then
+    # cfold_finish): one tile of 16, three (16, 16, 8) with logsumexp, two groups, two tiles at stride 2
+    ("fma_creduce_c3_min_c_keepdim_tanh", 1, (2, 3, 17, 30), conv(3, 16, 3),
+     CONV_IN + ["x = torch.min(x, dim=1, keepdim=True)[0]", "return torch.tanh(x)"], [], {}),
+    ("fma_creduce_c3_co40_lse_c_half", 1, (2, 3, 13, 22), conv(3, 40, 3, padding=1),
+     CONV_IN + ["return torch.logsumexp(x, 1) * 0.5"], [], {}),
+    ("fma_creduce_g2_ci4_relu_mean_c", 1, (2, 4, 15, 19), conv(4, 12, 3, groups=2),
+     CONV_IN + ["x = torch.relu(x)", "return x.mean(dim=1)"], [], {}),
+    ("fma_creduce_c3_co20_k5s2_amax_c", 0, (3, 3, 21, 26), conv(3, 20, 5, stride=2, bias=False),
+     CONV_IN + ["return torch.amax(x, dim=1)"], [], {}),
 ]
 
 # 4 x 1 warp halo tiles narrowed to out channels that are not a power of two (trim_halo_n): 80 as two 48-wide tiles
@@ -407,10 +417,14 @@ def _pair(v) -> tuple[int, int]:
     return v if isinstance(v, tuple) else (v, v)
 
 
-def _random_conv(rng: random.Random, halo: bool = False) -> tuple[tuple[int, int, int, int], dict]:
+def _random_conv(rng: random.Random, halo: bool = False, few: bool = False) -> tuple[tuple[int, int, int, int], dict]:
     """(input shape, Conv2d kwargs): every argument of the family's scope, output at least 1x1; halo: a shape the
-    halo forward takes (channels per group a multiple of 8, stride within the kernel)."""
-    if halo:
+    halo forward takes (channels per group a multiple of 8, stride within the kernel); few: at most 4 input channels
+    a group (the forward on FMAs)."""
+    if few:
+        groups = rng.choice((1, 1, 2))
+        ci, co = groups * rng.randint(1, 4), groups * rng.randint(4, 40)
+    elif halo:
         groups = rng.choice((1, 1, 2))
         ci, co = groups * rng.choice((8, 8, 16, 24, 32)), groups * rng.choice((8, 16, 24, 32, 40, 72))
     elif rng.random() < 0.2:  # depthwise, channel multiplier 1..3
@@ -595,8 +609,9 @@ def _random_case(rng: random.Random) -> tuple[str, int]:
     """(problem source, number of pointwise ops written): a random conv and program, and about half the time stages
     after it; redrawn until PyTorch takes it (a pooling window may not fit a small conv output)."""
     while True:
-        fold = rng.random() < 0.15  # a halo conv whose first stage inference folds into it
-        shape, kw = _random_conv(rng, halo=fold)
+        fold = rng.random() < 0.15  # a halo conv (or, a quarter of them, few input channels) whose first stage inference folds into it
+        few = fold and rng.random() < 0.25
+        shape, kw = _random_conv(rng, halo=fold and not few, few=few)
         forward, init, n_ops = _random_program(rng)
         if fold or rng.random() < 0.5:
             n_ops += _random_tail(rng, forward, init, fold)
@@ -914,6 +929,8 @@ FUSED_CREDUCE = ["creduce_ci8_sum_c_keepdim_shift", "creduce_ci16_relu_mean_c_si
                  "creduce_ci8_co80_amax_c_tanh", "creduce_groups2_lse_c_half", "creduce_ci24_wide_max_c_values",
                  "halo_ci64_ctas4_scale_min_c", "creduce_reg_ci24_co40_lse_c_keepdim_scale", "creduce_reg_ci32_co96_relu_mean_c",
                  "creduce_reg_groups2_ci48_sum_c_tanh", "creduce_reg_ci24_co80_lse_c"]
+FMA_FUSED_CREDUCE = ["fma_creduce_c3_min_c_keepdim_tanh", "fma_creduce_c3_co40_lse_c_half", "fma_creduce_g2_ci4_relu_mean_c",
+                     "fma_creduce_c3_co20_k5s2_amax_c"]  # folded into the forward on FMAs
 
 
 @pytest.mark.parametrize("cid", FUSED)
@@ -1201,6 +1218,20 @@ def test_a_reduction_over_channels_after_a_halo_forward_is_folded_in_for_inferen
     assert "if (!save)" in run_forward and "_forward_pooled(" in run_forward and "_forward(c.x" in run_forward
 
 
+@pytest.mark.parametrize("cid", FMA_FUSED_CREDUCE)
+def test_a_reduction_over_channels_after_a_forward_on_fmas_is_folded_in_for_inference(cid):
+    """Few input channels: the channel fold in the forward on FMAs, one partial plane per (image, channel tile) for
+    cfold_finish (always: it applies the stage's program), the unfolded forward's grid."""
+    spec = _spec(CASE[cid])
+    d = fam.derive(spec)
+    r, f = d["FUSED_CREDUCE"], d["FMA_FWD"]
+    assert d["HALO"] is None and f is not None and r is not None and r["FINISH"]
+    assert r["PARTS"] == spec.G * f["CTILES"] and r["PAIR"] is (spec.stages[0].op == "logsumexp")
+    kernel = emit.generate(write_problem(CASE[cid])).files["kernel.cu"]
+    assert "conv_forward_fma<true, true><<<" in kernel and "cfold_finish<<<" in kernel
+    assert "(n * HO * ffw::GW + ffw::THREADS - 1) / ffw::THREADS, &gx);  // the unfolded forward's grid" in kernel
+
+
 @pytest.mark.parametrize("co,groups,bn", [(48, 1, 48), (80, 1, 48), (96, 2, 48), (40, 1, 48), (64, 1, 64), (112, 1, 64),
                                            (192, 1, 64), (24, 1, 32), (100, 1, 64)])
 def test_halo_forward_tiles_narrow_to_the_out_channels(co, groups, bn):
@@ -1329,7 +1360,7 @@ def test_backward_kernels_are_chosen_by_shape(cid):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("tf32", [False, True], ids=["tf32_off", "tf32_on"])
-@pytest.mark.parametrize("cid", FUSED + FUSED_REDUCE + FMA_FUSED_REDUCE + FUSED_CREDUCE)
+@pytest.mark.parametrize("cid", FUSED + FUSED_REDUCE + FMA_FUSED_REDUCE + FUSED_CREDUCE + FMA_FUSED_CREDUCE)
 def test_inference_with_pooling_folded_in_matches(cid, tf32):
     """Without autograd the first pooling stage, or a first reduction over (H, W), runs inside the convolution's
     kernel. Training folds the pooling too, in the kernel built with SAVE (the numerics tier checks its gradients);

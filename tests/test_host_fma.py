@@ -167,6 +167,28 @@ def test_forward_with_fmas_and_a_folded_reduction_is_pytorchs_on_the_cpu(tmp_pat
     torch.testing.assert_close(out.double(), ref.reshape(-1), atol=1e-4, rtol=1e-4)
 
 
+# A first reduction over channels folded into the forward on FMAs (FUSED_CREDUCE), then cfold_finish
+FMA_CFOLD = ["fma_creduce_c3_min_c_keepdim_tanh", "fma_creduce_c3_co40_lse_c_half", "fma_creduce_g2_ci4_relu_mean_c",
+             "fma_creduce_c3_co20_k5s2_amax_c"]
+
+
+@pytest.mark.parametrize("tf32", [False, True], ids=["fp32", "tf32"])
+@pytest.mark.parametrize("cid", FMA_CFOLD)
+def test_forward_with_fmas_and_a_folded_channel_reduction_is_pytorchs_on_the_cpu(tmp_path, cid, tf32):
+    """Inference with a first reduction over channels folded into the forward on FMAs: per-(image, channel tile,
+    position) partials (logsumexp: (shift, sum) pairs) combined by cfold_finish, which applies the stage's program;
+    against the problem's Model in float64."""
+    spec, d, kernel = _problem(CASE[cid])
+    if d["FMA_FWD"] is None or d["FUSED_CREDUCE"] is None:
+        pytest.fail(f"{cid} no longer folds its channel reduction into the forward with FMAs: pick a case that does")
+    n = 2
+    model, x, inputs = _forward_inputs(CASE[cid], spec, d, n)
+    out = run_host(kernel, "forward_cfold", d, inputs, n, tf32, tmp_path)
+    ref = _rounded_reference(model, x, tf32)[2]
+    assert ref.numel() == n * spec.HO * spec.WO
+    torch.testing.assert_close(out.double(), ref.reshape(-1), atol=1e-4, rtol=1e-4)
+
+
 DIRECT = [
     ("depthwise_hardswish", CASE["depthwise_hardswish"]),
     ("pointwise_1x1_ci1_co70_chain", CASE["pointwise_1x1_ci1_co70_chain"]),
@@ -220,6 +242,28 @@ def test_halo_forward_on_an_emulated_mma_is_pytorchs_on_the_cpu(tmp_path, cid, t
     z = read_floats(tmp_path / "z.bin").reshape(n, spec.CO, spec.HO, spec.WO).double()
     with torch.no_grad():
         torch.testing.assert_close(z, ref_model.conv(xr), atol=1e-4, rtol=1e-4)
+
+
+# The halo forward with a first reduction over channels folded in (FUSED_CREDUCE), on the emulated mma.sync: through
+# shared memory on 2 x 4 warps (one CTA every channel: a mean; two channel tiles: amax), in registers and shuffles on
+# 4 x 1 warps (one tile: max values; two tiles: logsumexp pairs; two groups: a sum)
+HALO_CFOLD = ["creduce_ci16_relu_mean_c_sigmoid", "creduce_ci8_co80_amax_c_tanh", "creduce_ci24_wide_max_c_values",
+              "creduce_reg_ci24_co80_lse_c", "creduce_reg_groups2_ci48_sum_c_tanh"]
+
+
+@pytest.mark.parametrize("tf32", [False, True], ids=["3xtf32", "tf32"])
+@pytest.mark.parametrize("cid", HALO_CFOLD)
+def test_halo_forward_with_a_folded_channel_reduction_is_pytorchs_on_the_cpu(tmp_path, cid, tf32):
+    """The channel fold's staging or register combine and shuffles, its partials and cfold_finish, against the
+    problem's Model in float64 (TF32: on the rounded operands)."""
+    spec, d, kernel = _taking(cid, CASE[cid], "FUSED_CREDUCE", "the halo forward's channel fold")
+    assert d["HALO"] is not None
+    n = 2
+    model, x, inputs = _forward_inputs(CASE[cid], spec, d, n)
+    out = run_host(kernel, "halo_cfold", d, inputs, n, tf32, tmp_path)
+    ref = _rounded_reference(model, x, tf32)[2]
+    assert ref.numel() == n * spec.HO * spec.WO
+    torch.testing.assert_close(out.double(), ref.reshape(-1), atol=1e-4, rtol=1e-4)
 
 
 # grad_x from halo tiles (stride 1: a convolution of gz with the flipped weights) and grad_w from halo tiles on the

@@ -678,8 +678,9 @@ FOLD_CREDUCE_PASS = {"sum": "SUM", "mean": "SUM", "amax": "MAX", "amin": "MIN", 
 FOLD_CREDUCE_MIN_CHANNELS = 4  # a channel reduction's partials: at least this many channels each (else no fold)
 
 
-def fused_creduce(spec: Spec, halo: dict | None, tile: dict) -> dict | None:
-    """Inference (no autograd) through the halo forward with a first stage that reduces over the channel dim only
+def fused_creduce(spec: Spec, halo: dict | None, tile: dict, fma_fwd: dict | None = None) -> dict | None:
+    """Inference (no autograd) through the halo forward, or the forward on FMAs, with a first stage that reduces over
+    the channel dim only
     (dims (1,), keepdim or not) folded in: sum, mean, amax, amin, logsumexp, and max / min over dim 1 (inference
     needs only their values, NaN propagating as PyTorch's). Each CTA stages its program outputs, [BN][CLD] in shared
     memory (CLD = TH*TW + EPI_PAD: the fragment stores hit distinct banks), and one thread a position combines the
@@ -688,13 +689,22 @@ def fused_creduce(spec: Spec, halo: dict | None, tile: dict) -> dict | None:
     infinite, as PyTorch's). Where one CTA holds every channel (G = 1 and COG <= BN: PARTS = 1) it applies the
     stage's program and writes the stage's output; else each of the G x CTILES channel slices writes one partial per
     position ([n][PARTS][HO*WO]; logsumexp a (shift, sum) pair) and cfold_finish combines them in channel order.
-    The conv output (CO values a position) never reaches global memory; the result is the same bits run to run.
-    None: no halo forward, another first stage, or slices under FOLD_CREDUCE_MIN_CHANNELS channels."""
-    if halo is None or not spec.stages:
+    FMAs: each thread combines its CT channels for each of its PXW columns in registers and writes one partial per
+    (channel tile, position); cfold_finish always runs (FINISH; it applies the stage's program, so the FMA kernel
+    takes no stage parameters). The conv output (CO values a position) never reaches global memory; the result is the
+    same bits run to run. None: neither kernel, another first stage, or slices under FOLD_CREDUCE_MIN_CHANNELS
+    channels."""
+    if (halo is None and fma_fwd is None) or not spec.stages:
         return None
     st = spec.stages[0]
     if st.kind != "reduce" or st.op not in FOLD_CREDUCE_PASS or tuple(st.dims) != (1,) or not st.in_batched:
         return None
+    common = dict(PASS=FOLD_CREDUCE_PASS[st.op], MEAN=st.op == "mean", PAIR=st.op == "logsumexp")
+    if halo is None:
+        cog, ct = spec.CO // spec.G, fma_fwd["CT"]
+        if min(cog, ct) < FOLD_CREDUCE_MIN_CHANNELS:
+            return None
+        return dict(common, PARTS=spec.G * fma_fwd["CTILES"], FINISH=True, REG=True, CLD=0, SMEM_BYTES=0, TAP_UNROLL=0)
     cog, bn = spec.CO // spec.G, tile["BN"]
     ctiles = ceil_div(cog, bn)
     if min(cog, bn) < FOLD_CREDUCE_MIN_CHANNELS or tile["BM"] != halo["TH"] * halo["TW"] or tile["THREADS"] < tile["BM"]:
@@ -705,9 +715,8 @@ def fused_creduce(spec: Spec, halo: dict | None, tile: dict) -> dict | None:
     reg = tile["WARPS_N"] == 1
     # taps unrolled as the unfolded forward's (TAP_UNROLL): a kernel row at a time (the folded pool's choice) spilled 16
     # bytes at 128 registers on sm_90 (scaling_min_c's TF32 instance at 4 CTAs an SM)
-    return dict(PASS=FOLD_CREDUCE_PASS[st.op], MEAN=st.op == "mean", PARTS=spec.G * ctiles, CLD=cld, REG=reg,
-                PAIR=st.op == "logsumexp", SMEM_BYTES=halo["SMEM_BYTES"] if reg else max(halo["SMEM_BYTES"], bn * cld * 4),
-                TAP_UNROLL=halo["TAP_UNROLL"])
+    return dict(common, PARTS=spec.G * ctiles, FINISH=spec.G * ctiles > 1, CLD=cld, REG=reg,
+                SMEM_BYTES=halo["SMEM_BYTES"] if reg else max(halo["SMEM_BYTES"], bn * cld * 4), TAP_UNROLL=halo["TAP_UNROLL"])
 
 
 def fold_pool_backward(spec: Spec) -> dict | None:
@@ -951,7 +960,7 @@ def derive(spec: Spec) -> dict:
         stages.append(ctx)
         first += len(st.params)
     freduce = fused_reduce(s, halo, tiles["HF"], fma_fwd)
-    fcreduce = fused_creduce(s, halo, tiles["HF"])
+    fcreduce = fused_creduce(s, halo, tiles["HF"], fma_fwd)
     epi_staged = bool(halo) and s.WO % 8 != 0  # rows that split 32-byte sectors (EPI_PAD's comment)
     fwd_smem = halo_fwd_smem(halo, tiles["HF"], epi_staged)
     tf32_ctas = halo_tf32_ctas(halo, tiles["HF"], fwd_smem, (fpool, freduce, fcreduce))
@@ -1031,9 +1040,9 @@ def describe(spec: Spec) -> list[str]:
                        f"per (image, channel, {d['FUSED_REDUCE']['TILES']} tiles), combined in a fixed order by a finishing kernel")
     if d["FUSED_CREDUCE"]:
         parts = d["FUSED_CREDUCE"]["PARTS"]
-        program.append("inference folds the first stage's reduction over channels into the halo forward: " +
-                       ("each CTA holds every channel and writes the stage's output" if parts == 1 else
-                        f"one partial per (position, channel slice), {parts} slices combined in order by a finishing kernel"))
+        program.append(f"inference folds the first stage's reduction over channels into the {'halo forward' if d['HALO'] else 'forward on FMAs'}: " +
+                       ("each CTA holds every channel and writes the stage's output" if not d["FUSED_CREDUCE"]["FINISH"] else
+                        f"one partial per (position, channel slice), {parts} slice(s) combined in order by a finishing kernel"))
     if d["DIRECT"]:
         return program + [
             f"one input channel per group ({spec.G} groups of {d['COG']} out channels, {spec.KH}x{spec.KW} taps): direct",
