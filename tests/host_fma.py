@@ -190,6 +190,16 @@ def host_source(kernel_cu: str, which: str, d: dict, n: int, tf32: bool) -> str:
   {launch}
   write_floats("out.bin", gx);"""
 
+    def fold_inputs() -> tuple[str, str]:
+        """The folded forwards' input reads (x, w, bias, the conv program's parameters) and the parameters' launch
+        arguments; their stages' own parameters are not passed (the folded runs take stages without any)."""
+        assert not d["stages"][0]["params"], "the host fold runs pass no stage parameters"
+        nparams = len(d["conv_params"])
+        loads = "".join(f" auto p{i} = read_floats(\"in{3 + i}.bin\");" for i in range(nparams))
+        reads = (f'\n  auto x = read_floats("in0.bin"); auto w = read_floats("in1.bin"); auto b = read_floats("in2.bin");{loads}'
+                 '\n  const float* bias = b.empty() ? nullptr : b.data();')
+        return reads, "".join(f"p{i}.data(), " for i in range(nparams))
+
     def forward_run(launch: str) -> str:
         nparams = len(d["conv_params"])
         loads = "".join(f" auto p{i} = read_floats(\"in{3 + i}.bin\");" for i in range(nparams))
@@ -236,16 +246,11 @@ def host_source(kernel_cu: str, which: str, d: dict, n: int, tf32: bool) -> str:
   launch((CO * KTOT + 255) / 256, 1, 1, 256, [&] {{ finish_grad_w(part.data(), splits, gw.data()); }});
   write_floats("out.bin", gw);"""
         elif which == "halo_cfold":  # HALO with FUSED_CREDUCE: the folded instance, then cfold_finish where it runs
-            cr, st = d["FUSED_CREDUCE"], d["stages"][0]
-            assert not st["params"], "the host channel-fold run passes no stage parameters"
-            nparams = len(d["conv_params"])
-            loads = "".join(f" auto p{i} = read_floats(\"in{3 + i}.bin\");" for i in range(nparams))
-            args = "".join(f"p{i}.data(), " for i in range(nparams))
+            cr = d["FUSED_CREDUCE"]
+            reads, args = fold_inputs()
             finish = (f"  launch(({n} * YPLANE + 255) / 256, 1, 1, 256, [&] {{ cfold_finish(part.data(), out.data(), {n}LL * YPLANE); }});"
                       if cr["FINISH"] else "")
-            run = f"""
-  auto x = read_floats("in0.bin"); auto w = read_floats("in1.bin"); auto b = read_floats("in2.bin");{loads}
-  const float* bias = b.empty() ? nullptr : b.data();
+            run = f"""{reads}
   std::vector<float> wt(HaloF::WT_FLOATS, NAN), out((size_t){n} * YPLANE, NAN);
   std::vector<float> part((size_t){n} * CFOLD_PARTS * {2 if cr["PAIR"] else 1} * YPLANE, NAN);
   launch((HaloF::WT_FLOATS + 255) / 256, 1, 1, 256, [&] {{ arrange_weights<HaloF>(w.data(), wt.data(), {int(tf32)}); }});
@@ -269,13 +274,8 @@ def host_source(kernel_cu: str, which: str, d: dict, n: int, tf32: bool) -> str:
                               "[&] { direct_forward(x.data(), w.data(), bias, ARGSy.data(), z.data()); });")
     elif which == "forward_fold":
         body = forward
-        assert not d["stages"][0]["params"], "the host fold run passes no stage parameters"
-        nparams = len(d["conv_params"])
-        loads = "".join(f" auto p{i} = read_floats(\"in{3 + i}.bin\");" for i in range(nparams))
-        args = "".join(f"p{i}.data(), " for i in range(nparams))
-        run = f"""
-  auto x = read_floats("in0.bin"); auto w = read_floats("in1.bin"); auto b = read_floats("in2.bin");{loads}
-  const float* bias = b.empty() ? nullptr : b.data();
+        reads, args = fold_inputs()
+        run = f"""{reads}
   std::vector<float> part((size_t){n} * CO * FOLD_TILES, NAN), out((size_t){n} * CO, NAN);
   launch({n} * FOLD_TILES, G * ffw::CTILES, 1, ffw::THREADS,
          [&] {{ conv_forward_fma<{t}, true>(x.data(), w.data(), bias, {args}part.data(), nullptr, {n}LL); }});
@@ -284,13 +284,8 @@ def host_source(kernel_cu: str, which: str, d: dict, n: int, tf32: bool) -> str:
     elif which == "forward_cfold":
         body = forward
         cr = d["FUSED_CREDUCE"]
-        assert not d["stages"][0]["params"], "the host channel-fold run passes no stage parameters"
-        nparams = len(d["conv_params"])
-        loads = "".join(f" auto p{i} = read_floats(\"in{3 + i}.bin\");" for i in range(nparams))
-        args = "".join(f"p{i}.data(), " for i in range(nparams))
-        run = f"""
-  auto x = read_floats("in0.bin"); auto w = read_floats("in1.bin"); auto b = read_floats("in2.bin");{loads}
-  const float* bias = b.empty() ? nullptr : b.data();
+        reads, args = fold_inputs()
+        run = f"""{reads}
   std::vector<float> part((size_t){n} * CFOLD_PARTS * {2 if cr["PAIR"] else 1} * YPLANE, NAN), out((size_t){n} * YPLANE, NAN);
   launch(({n}LL * HO * ffw::GW + ffw::THREADS - 1) / ffw::THREADS, G * ffw::CTILES, 1, ffw::THREADS,
          [&] {{ conv_forward_fma<{t}, true>(x.data(), w.data(), bias, {args}part.data(), nullptr, {n}LL); }});

@@ -178,12 +178,18 @@ def test_forward_with_fmas_and_a_folded_channel_reduction_is_pytorchs_on_the_cpu
     """Inference with a first reduction over channels folded into the forward on FMAs: per-(image, channel tile,
     position) partials (logsumexp: (shift, sum) pairs) combined by cfold_finish, which applies the stage's program;
     against the problem's Model in float64."""
-    spec, d, kernel = _problem(CASE[cid])
-    if d["FMA_FWD"] is None or d["FUSED_CREDUCE"] is None:
-        pytest.fail(f"{cid} no longer folds its channel reduction into the forward with FMAs: pick a case that does")
+    _check_channel_fold(tmp_path, cid, tf32, halo=False)
+
+
+def _check_channel_fold(tmp_path, cid: str, tf32: bool, halo: bool) -> None:
+    """Runs CASE cid's channel fold on the host (the halo forward's, or the one on FMAs) and compares its output, one
+    value an (image, position), with the problem's Model in float64."""
+    spec, d, kernel = _taking(cid, CASE[cid], "FUSED_CREDUCE", "a channel fold")
+    if (d["HALO"] is not None) is not halo or (d["FMA_FWD"] is not None) is halo:
+        pytest.fail(f"{cid} no longer folds its channel reduction into the {'halo forward' if halo else 'forward on FMAs'}")
     n = 2
     model, x, inputs = _forward_inputs(CASE[cid], spec, d, n)
-    out = run_host(kernel, "forward_cfold", d, inputs, n, tf32, tmp_path)
+    out = run_host(kernel, "halo_cfold" if halo else "forward_cfold", d, inputs, n, tf32, tmp_path)
     ref = _rounded_reference(model, x, tf32)[2]
     assert ref.numel() == n * spec.HO * spec.WO
     torch.testing.assert_close(out.double(), ref.reshape(-1), atol=1e-4, rtol=1e-4)
@@ -256,14 +262,7 @@ HALO_CFOLD = ["creduce_ci16_relu_mean_c_sigmoid", "creduce_ci8_co80_amax_c_tanh"
 def test_halo_forward_with_a_folded_channel_reduction_is_pytorchs_on_the_cpu(tmp_path, cid, tf32):
     """The channel fold's staging or register combine and shuffles, its partials and cfold_finish, against the
     problem's Model in float64 (TF32: on the rounded operands)."""
-    spec, d, kernel = _taking(cid, CASE[cid], "FUSED_CREDUCE", "the halo forward's channel fold")
-    assert d["HALO"] is not None
-    n = 2
-    model, x, inputs = _forward_inputs(CASE[cid], spec, d, n)
-    out = run_host(kernel, "halo_cfold", d, inputs, n, tf32, tmp_path)
-    ref = _rounded_reference(model, x, tf32)[2]
-    assert ref.numel() == n * spec.HO * spec.WO
-    torch.testing.assert_close(out.double(), ref.reshape(-1), atol=1e-4, rtol=1e-4)
+    _check_channel_fold(tmp_path, cid, tf32, halo=True)
 
 
 # grad_x from halo tiles (stride 1: a convolution of gz with the flipped weights) and grad_w from halo tiles on the
