@@ -176,7 +176,7 @@ FMA_CFOLD = ["fma_creduce_c3_min_c_keepdim_tanh", "fma_creduce_c3_co40_lse_c_hal
 @pytest.mark.parametrize("cid", FMA_CFOLD)
 def test_forward_with_fmas_and_a_folded_channel_reduction_is_pytorchs_on_the_cpu(tmp_path, cid, tf32):
     """Inference with a first reduction over channels folded into the forward on FMAs: per-(image, channel tile,
-    position) partials (logsumexp: (shift, sum) pairs) combined by cfold_finish, which applies the stage's program;
+    position) partials (logsumexp: (maximum, sum) pairs) combined by cfold_finish, which applies the stage's program;
     against the problem's Model in float64."""
     _check_channel_fold(tmp_path, cid, tf32, halo=False)
 
@@ -251,10 +251,10 @@ def test_halo_forward_on_an_emulated_mma_is_pytorchs_on_the_cpu(tmp_path, cid, t
 
 
 # The halo forward with a first reduction over channels folded in (FUSED_CREDUCE), on the emulated mma.sync: through
-# shared memory on 2 x 4 warps (one CTA every channel: a mean; two channel tiles: amax), in registers and shuffles on
-# 4 x 1 warps (one tile: max values; two tiles: logsumexp pairs; two groups: a sum)
-HALO_CFOLD = ["creduce_ci16_relu_mean_c_sigmoid", "creduce_ci8_co80_amax_c_tanh", "creduce_ci24_wide_max_c_values",
-              "creduce_reg_ci24_co80_lse_c", "creduce_reg_groups2_ci48_sum_c_tanh"]
+# shared memory on 2 x 4 warps (one CTA every channel: a mean; two channel tiles: amax; two groups: logsumexp pairs),
+# in registers and shuffles on 4 x 1 warps (one tile: max values; two tiles: logsumexp pairs; two groups: a sum)
+HALO_CFOLD = ["creduce_ci16_relu_mean_c_sigmoid", "creduce_ci8_co80_amax_c_tanh", "creduce_groups2_lse_c_half",
+              "creduce_ci24_wide_max_c_values", "creduce_reg_ci24_co80_lse_c", "creduce_reg_groups2_ci48_sum_c_tanh"]
 
 
 @pytest.mark.parametrize("tf32", [False, True], ids=["3xtf32", "tf32"])

@@ -688,7 +688,7 @@ def fused_creduce(spec: Spec, halo: dict | None, tile: dict, fma_fwd: dict | Non
     row's 4 lanes by shuffles) (logsumexp: the maximum, then the sum of exp(v - shift), shift = 0 where the maximum is
     infinite, as PyTorch's). Where one CTA holds every channel (G = 1 and COG <= BN: PARTS = 1) it applies the
     stage's program and writes the stage's output; else each of the G x CTILES channel slices writes one partial per
-    position ([n][PARTS][HO*WO]; logsumexp a (shift, sum) pair) and cfold_finish combines them in channel order.
+    position ([n][PARTS][HO*WO]; logsumexp a (maximum, sum) pair) and cfold_finish combines them in channel order.
     FMAs: each thread combines its CT channels for each of its PXW columns in registers and writes one partial per
     (channel tile, position); cfold_finish always runs (FINISH; it applies the stage's program, so the FMA kernel
     takes no stage parameters). The conv output (CO values a position) never reaches global memory; the result is the
