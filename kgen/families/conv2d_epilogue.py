@@ -988,6 +988,9 @@ def derive(spec: Spec) -> dict:
         # the halo loaders' 16-byte copies read x (forward) and, where grad_x reads it directly, grad_y aligned
         ALIGN16_X=bool(halo and halo["HV"] > 1), ALIGN16_GY=bool(halo_dx and halo_dx["HV"] > 1 and not write_gz),
         FUSED_POOL=fpool, FUSED_REDUCE=freduce, FUSED_CREDUCE=fcreduce, TRAIN_EXTRA=train_extra,
+        # the halo forward's folded instance applies the first stage's program itself (takes its parameters): a folded
+        # pool, or a channel fold without a finishing kernel
+        FOLD_SPARAMS=bool(fpool) or bool(fcreduce and not fcreduce["FINISH"]),
         dg_phases=phases, DG_MAX_PIXELS=max(ph["hp"] * ph["wp"] for ph in phases),
         params=[dict(c=f"p{i}", name=p.name, shape=list(p.shape)) for i, p in enumerate(all_params(s))],
         conv_params=[dict(c=f"p{i}", name=p.name, shape=list(p.shape)) for i, p in enumerate(s.params)],
