@@ -209,7 +209,7 @@ _TABLE += [
      CONV_IN + ["x = torch.logsumexp(x, 1)", "return x * 0.5"], [], {}),
     ("creduce_ci24_wide_max_c_values", 0, (3, 24, 9, 40), conv(24, 48, 3, padding=(0, 1)),
      CONV_IN + ["return x.max(dim=1).values"], [], {}),
-    # 3+ chunks (4 x 1 warps): the fold in registers (REG), with padding columns (40 of a 48-wide tile), two channel
+    # 3+ chunks (4 x 1 warps: one warp column), with padding columns (40 of a 48-wide tile), two channel
     # tiles, two groups
     ("creduce_reg_ci24_co40_lse_c_keepdim_scale", 1, (2, 24, 11, 30), conv(24, 40, 3, padding=1),
      CONV_IN + ["x = torch.logsumexp(x, dim=1, keepdim=True)", "return x * self.scale"],
@@ -1196,16 +1196,16 @@ def test_a_reduction_over_hw_after_a_halo_forward_is_folded_in_for_inference(cid
 @pytest.mark.parametrize("cid", FUSED_CREDUCE)
 def test_a_reduction_over_channels_after_a_halo_forward_is_folded_in_for_inference(cid):
     """The channel fold's plan: one CTA per position tile holds all of a group's channels (PARTS = 1, the stage's
-    output written by the conv kernel) or the G x CTILES channel slices write partials in channel order; the staged
-    tile, BN rows of TH*TW + EPI_PAD floats, within the kernel's shared memory; the kernel and its finish rendered."""
+    output written by the conv kernel) or the G x CTILES channel slices write partials in channel order; the combine
+    runs in registers, and tiles of several warp columns exchange their partials through shared memory (one thread a
+    position: the tile's positions fit its threads); the kernel and its finish rendered."""
     spec = _spec(CASE[cid])
     d = fam.derive(spec)
     h, f, r = d["HALO"], d["HF"], d["FUSED_CREDUCE"]
     assert h is not None and r is not None and d["FUSED_POOL"] is None and d["FUSED_REDUCE"] is None
     cog = spec.CO // spec.G
-    assert r["PARTS"] == spec.G * -(-cog // f["BN"]) and r["CLD"] == h["TH"] * h["TW"] + fam.EPI_PAD
-    assert r["REG"] is (f["WARPS_N"] == 1)  # 4 x 1 warps: in registers; else staged in shared memory
-    assert r["SMEM_BYTES"] >= (h["SMEM_BYTES"] if r["REG"] else max(h["SMEM_BYTES"], f["BN"] * r["CLD"] * 4))
+    assert r["PARTS"] == spec.G * -(-cog // f["BN"])
+    assert r["SMEM_BYTES"] >= h["SMEM_BYTES"] >= f["WARPS_N"] * f["BM"] * (2 if r["PAIR"] else 1) * 4
     assert f["THREADS"] >= h["TH"] * h["TW"]
     assert r["PAIR"] is (spec.stages[0].op == "logsumexp") and d["TRAIN_EXTRA"]
     files = emit.generate(write_problem(CASE[cid])).files
@@ -1213,7 +1213,7 @@ def test_a_reduction_over_channels_after_a_halo_forward_is_folded_in_for_inferen
     assert "conv_forward_halo<false, true, false><<<" in kernel and "conv_forward_halo<true, true, false><<<" in kernel
     assert "conv_forward_halo<false, true, true>" not in kernel  # inference only: training runs the stage's own kernel
     assert ("cfold_finish<<<" in kernel) is (r["PARTS"] > 1)
-    assert ("ps[col * CFOLD_LD + row]" in kernel) is not r["REG"]
+    assert f"constexpr int XN = TileH::WARPS_N" in kernel and ("if constexpr (XN > 1)" in kernel)
     run_forward = files["binding.cpp"].split("run_forward(")[1].split("\n}\n")[0]
     assert "if (!save)" in run_forward and "_forward_pooled(" in run_forward and "_forward(c.x" in run_forward
 

@@ -682,11 +682,11 @@ def fused_creduce(spec: Spec, halo: dict | None, tile: dict, fma_fwd: dict | Non
     """Inference (no autograd) through the halo forward, or the forward on FMAs, with a first stage that reduces over
     the channel dim only
     (dims (1,), keepdim or not) folded in: sum, mean, amax, amin, logsumexp, and max / min over dim 1 (inference
-    needs only their values, NaN propagating as PyTorch's). Each CTA stages its program outputs, [BN][CLD] in shared
-    memory (CLD = TH*TW + EPI_PAD: the fragment stores hit distinct banks), and one thread a position combines the
-    CTA's channels in order (on 4 x 1 warp tiles, REG: in registers, each thread its fragment's columns, then the
-    row's 4 lanes by shuffles) (logsumexp: the maximum, then the sum of exp(v - shift), shift = 0 where the maximum is
-    infinite, as PyTorch's). Where one CTA holds every channel (G = 1 and COG <= BN: PARTS = 1) it applies the
+    needs only their values, NaN propagating as PyTorch's). The combine runs in registers: each thread applies the
+    program to its fragment's columns of a row and combines them in channel order, then the row's 4 lanes by shuffles;
+    on tiles of several warp columns (2 x 4 warps) the columns' partials go through shared memory and one thread a
+    position combines them in warp-column (channel) order (logsumexp: the maximum, then the sum of exp(v - shift),
+    shift = 0 where the maximum is infinite, as PyTorch's). Where one CTA holds every channel (G = 1 and COG <= BN: PARTS = 1) it applies the
     stage's program and writes the stage's output; else each of the G x CTILES channel slices writes one partial per
     position ([n][PARTS][HO*WO]; logsumexp a (maximum, sum) pair) and cfold_finish combines them in channel order.
     FMAs: each thread combines its CT channels for each of its PXW columns in registers and writes one partial per
@@ -704,19 +704,16 @@ def fused_creduce(spec: Spec, halo: dict | None, tile: dict, fma_fwd: dict | Non
         cog, ct = spec.CO // spec.G, fma_fwd["CT"]
         if min(cog, ct) < FOLD_CREDUCE_MIN_CHANNELS:
             return None
-        return dict(common, PARTS=spec.G * fma_fwd["CTILES"], FINISH=True, REG=True, CLD=0, SMEM_BYTES=0, TAP_UNROLL=0)
+        return dict(common, PARTS=spec.G * fma_fwd["CTILES"], FINISH=True, SMEM_BYTES=0, TAP_UNROLL=0)
     cog, bn = spec.CO // spec.G, tile["BN"]
     ctiles = ceil_div(cog, bn)
     if min(cog, bn) < FOLD_CREDUCE_MIN_CHANNELS or tile["BM"] != halo["TH"] * halo["TW"] or tile["THREADS"] < tile["BM"]:
         return None
-    cld = halo["TH"] * halo["TW"] + EPI_PAD
-    # REG: on 4 x 1 warp tiles a warp holds all BN channels of its 32 positions, so each thread combines its fragment's
-    # columns of a row in registers and a row's 4 lanes finish by shuffles: no staging in shared memory
-    reg = tile["WARPS_N"] == 1
     # taps unrolled as the unfolded forward's (TAP_UNROLL): a kernel row at a time (the folded pool's choice) spilled 16
-    # bytes at 128 registers on sm_90 (scaling_min_c's TF32 instance at 4 CTAs an SM)
-    return dict(common, PARTS=spec.G * ctiles, FINISH=spec.G * ctiles > 1, CLD=cld, REG=reg,
-                SMEM_BYTES=halo["SMEM_BYTES"] if reg else max(halo["SMEM_BYTES"], bn * cld * 4), TAP_UNROLL=halo["TAP_UNROLL"])
+    # bytes at 128 registers on sm_90 (scaling_min_c's TF32 instance at 4 CTAs an SM); the warp columns' partials
+    # (2 x 4 warps) reuse the operands' shared memory (the template's static_assert checks they fit)
+    return dict(common, PARTS=spec.G * ctiles, FINISH=spec.G * ctiles > 1, SMEM_BYTES=halo["SMEM_BYTES"],
+                TAP_UNROLL=halo["TAP_UNROLL"])
 
 
 def fold_pool_backward(spec: Spec) -> dict | None:
