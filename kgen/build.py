@@ -95,8 +95,9 @@ def kgen_parse_arch_list(text):
 
 def kgen_target_archs(capability=None, supported=None):
     """The sorted architectures to compile for: TORCH_CUDA_ARCH_LIST's when set, else the GPU's ``capability``
-    (default: the current device's). As torch does, a capability newer than this torch build's newest sm_XY
-    (``supported``, default torch.cuda.get_arch_list()) is built as that newest one plus PTX."""
+    (default: the current device's; 9.0 is built as sm_90a, whose code runs on H100 / H200 only and may use wgmma).
+    As torch does, a capability newer than this torch build's newest sm_XY (``supported``, default
+    torch.cuda.get_arch_list()) is built as that newest one plus PTX."""
     if kgen_arch_env():
         return kgen_parse_arch_list(kgen_arch_env())
     import torch
@@ -108,6 +109,8 @@ def kgen_target_archs(capability=None, supported=None):
     known = [int(m.group(1)) for m in (re.match(r"sm_(\d+)", s) for s in supported) if m]
     if known and tuple(capability) > divmod(max(known), 10):
         return ["%d.%d+PTX" % divmod(max(known), 10)]
+    if tuple(capability) == (9, 0):  # sm_90a: the H100 / H200 build with wgmma (kernels test __CUDA_ARCH_FEAT_SM90_ALL)
+        return ["9.0a"]
     return ["%d.%d" % tuple(capability)]
 
 

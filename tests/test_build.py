@@ -70,12 +70,15 @@ def test_gencode_flags_match_torch():
 
 
 def test_target_archs(no_arch_env, monkeypatch):
-    assert build.kgen_target_archs((9, 0), []) == ["9.0"]
+    # an H100 / H200 builds sm_90a (wgmma in the halo forward), with the sm_90 (Hopper) path's define
+    assert build.kgen_target_archs((9, 0), []) == ["9.0a"]
+    assert build.kgen_gencode_flags(["9.0a"]) == ["-gencode=arch=compute_90a,code=sm_90a"] and build.kgen_sm90_path(["9.0a"])
+    assert build.kgen_target_archs((10, 0), []) == ["10.0"]
     assert build.kgen_target_archs((8, 6), ["sm_80", "sm_86", "sm_90"]) == ["8.6"]
     # newer than this torch build knows: its newest SASS target plus PTX, as torch does
     assert build.kgen_target_archs((12, 0), ["sm_80", "sm_90", "compute_90"]) == ["9.0+PTX"]
     monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "native")
-    assert build.kgen_target_archs((9, 0), []) == ["9.0"]
+    assert build.kgen_target_archs((9, 0), []) == ["9.0a"]
     monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0;8.0")
     assert build.kgen_target_archs((9, 0), []) == ["8.0", "9.0"]  # the user's list wins over the device
     assert build.kgen_target_archs() == ["8.0", "9.0"]  # and needs no GPU
@@ -154,10 +157,10 @@ def forget_loaded():
 
 def test_first_build_prints_one_line_and_a_hit_prints_nothing(fake_gpu, capsys, tmp_path):
     name = build.kgen_load_extension("kgen_fam_00000000", "cu", "cpp").__name__
-    assert name.startswith("kgen_fam_") and fake_gpu.compiled == [(name, ["9.0"])]
-    assert capsys.readouterr().err == f"kgen: building {name} for sm_90 (first use; cached under {tmp_path / 'cache'})\n"
+    assert name.startswith("kgen_fam_") and fake_gpu.compiled == [(name, ["9.0a"])]  # an H100 / H200: sm_90a
+    assert capsys.readouterr().err == f"kgen: building {name} for sm_90a (first use; cached under {tmp_path / 'cache'})\n"
     manifest = (tmp_path / "cache" / name / "kgen_manifest.txt").read_text()
-    assert "\narch 9.0\n" in manifest and "\nsm90 1\n" in manifest and "\narch_env -\n" in manifest
+    assert "\narch 9.0a\n" in manifest and "\nsm90 1\n" in manifest and "\narch_env -\n" in manifest
     assert build.kgen_load_extension("kgen_fam_00000000", "cu", "cpp").__name__ == name  # same process: nothing to do
     forget_loaded()  # a new process: loads from the cache
     assert build.kgen_load_extension("kgen_fam_00000000", "cu", "cpp").__name__ == name

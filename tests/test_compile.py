@@ -1,6 +1,6 @@
 """GPU-free compile checks over every registered family: every rendered kernel (each family's CASES and the bundled
 problems) builds with nvcc for sm_80, sm_86, sm_89 and sm_90 with no register spills or stack frame (the sm_90
-Hopper path, KGEN_SM90=1, too, where a kernel has one), and rendered C++ bindings parse against torch's headers
+Hopper path, KGEN_SM90=1, too, where a kernel has one, and for sm_90a where it has wgmma code), and rendered C++ bindings parse against torch's headers
 (light glue: no torch/extension.h)."""
 
 import os
@@ -47,7 +47,9 @@ def ptxas_report(tmp_path: Path, source: str, archs: tuple[str, ...], sm90_path:
 @pytest.mark.parametrize("label,gen", CASES, ids=[c[0] for c in CASES])
 def test_kernel_compiles_for_every_arch_without_spills(tmp_path, label, gen):
     source = gen.files["kernel.cu"]
-    builds = [(ARCHS, 0)] + ([(("90",), 1)] if "KGEN_SM90" in source else [])
+    # the Hopper path (KGEN_SM90=1) where a kernel has one: sm_90, and sm_90a (an H100 / H200 build's target) where it
+    # has wgmma code
+    builds = [(ARCHS, 0)] + ([(("90",), 1)] if "KGEN_SM90" in source else []) + ([(("90a",), 1)] if "wgmma" in source else [])
     for archs, sm90_path in builds:
         report = ptxas_report(tmp_path, source, archs, sm90_path)
         for arch in archs:

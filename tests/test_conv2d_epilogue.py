@@ -856,6 +856,17 @@ def test_tf32_mode_matches_float64_of_tf32_rounded_operands(cid):
     rnd = (lambda t: t) if fam.derive(_spec(CASE[cid]))["DIRECT"] else tf32_round
     torch.manual_seed(1)
     x = torch.randn(shape, device="cuda", requires_grad=True)
+    x64, y64, z64 = _float64_of_rounded(model, x, rnd)
+    with tf32_mode(True, every_pass=True):  # TF32 kernels even where cuDNN would run this small shape exactly
+        y = new(x)
+        g = torch.randn_like(y)
+        y.backward(g)
+    torch.testing.assert_close(y.double(), y64, atol=1e-4, rtol=1e-4)
+    _check_grad_x_of_rounded(x, x64, y64, z64, g, rnd)
+
+
+def _float64_of_rounded(model, x, rnd):
+    """The Model in float64 on rnd(x) with rnd(weight) (TF32 rounding, or none): (x64, y64, the conv output z64)."""
     ref = copy.deepcopy(model).double()
     with torch.no_grad():
         ref.conv.weight.copy_(rnd(model.conv.weight))
@@ -864,14 +875,66 @@ def test_tf32_mode_matches_float64_of_tf32_rounded_operands(cid):
     hook = ref.conv.register_forward_hook(lambda mod, args, out: conv_out.append(out))
     y64 = ref(x64)
     hook.remove()
-    with tf32_mode(True, every_pass=True):  # TF32 kernels even where cuDNN would run this small shape exactly
+    return x64, y64, conv_out[0]
+
+
+def _check_grad_x_of_rounded(x, x64, y64, z64, g, rnd):
+    """x.grad (from y.backward(g)) against float64's, whose conv's input gradient multiplies rnd(dL/dz) (1e-3: the
+    kernel rounds dL/dz from float32, the reference from float64, test_tf32_mode_matches_float64_of_tf32_rounded_operands)."""
+    (g_conv,) = torch.autograd.grad(y64, z64, g.double(), retain_graph=True)
+    (gx,) = torch.autograd.grad(z64, x64, rnd(g_conv).double())
+    torch.testing.assert_close(x.grad.double(), gx, atol=1e-3, rtol=1e-3)
+
+
+# CASES whose halo forward runs its single-pass TF32 inference instances on wgmma in an sm_90a build (HALO["WGMMA"]:
+# 4 x 1 warp tiles, no flushed chain): the unfolded forward, a folded pooling stage, (H, W) and channel reductions,
+# BN from 8 to 64, one and two operand stages, groups.
+WGMMA_CASES = [cid for cid in CASE if (fam.derive(_spec(CASE[cid]))["HALO"] or {}).get("WGMMA")]
+
+
+def test_wgmma_plan_and_render():
+    """CPU: the halo forward takes wgmma exactly on one-warpgroup tiles (4 x 1 warps, 128 threads) without a flushed
+    chain, never for grad_x; the rendered kernel issues m64 x BN x k8 TF32 wgmmas with BN / 2 accumulators a thread,
+    and arranges the weights in wgmma's layout only for the instances that read it (inference, TF32)."""
+    assert len(WGMMA_CASES) >= 8
+    for cid in CASE:
+        d = fam.derive(_spec(CASE[cid]))
+        h, f = d["HALO"], d["HF"]
+        if h is None:
+            continue
+        want = (f["WARPS_M"], f["WARPS_N"], f["THREADS"]) == (4, 1, 128) and not h["FLUSH_TF32"]
+        assert h["WGMMA"] is want, cid
+        assert d["HALO_DX"] is None or not d["HALO_DX"]["WGMMA"]
+        if not want:
+            continue
+        kernel = emit.generate(write_problem(CASE[cid])).files["kernel.cu"]
+        assert f"wgmma.mma_async.sync.aligned.m64n{f['BN']}k8.f32.tf32.tf32 {{ %0, " in kernel, cid
+        assert f"%{f['BN'] // 2 - 1} }}, {{ %{f['BN'] // 2}, " in kernel and f'"+f"(d[{f["BN"] // 8 - 1}][3])' in kernel
+        assert "halo_layout(tf32, " in kernel and "Gm::WGMMA && !X3 && !SAVE>" in kernel
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cid", WGMMA_CASES)
+def test_wgmma_forward_matches_float64_of_tf32_rounded_operands(cid):
+    """The inference forward with TF32 (on wgmma in an sm_90a build, mma.sync elsewhere) against float64 on the
+    TF32-rounded x and weight, within 1e-4; then a training step's forward (the instance that stays on mma.sync where
+    it saves z) and the input gradient, as test_tf32_mode_matches_float64_of_tf32_rounded_operands checks them."""
+    model, new, shape = setup_problem(CASE[cid])
+    torch.manual_seed(3)
+    x = torch.randn(shape, device="cuda", requires_grad=True)
+    x64, y64, z64 = _float64_of_rounded(model, x, tf32_round)
+    with tf32_mode(True, every_pass=True):
+        with torch.no_grad():
+            y_inf = new(x)
+        torch.testing.assert_close(y_inf.double(), y64, atol=1e-4, rtol=1e-4)
+        new.zero_grad(set_to_none=True)
         y = new(x)
         g = torch.randn_like(y)
         y.backward(g)
+        y_train = new(x)  # after a backward: the instances that keep what the backward reads
     torch.testing.assert_close(y.double(), y64, atol=1e-4, rtol=1e-4)
-    (g_conv,) = torch.autograd.grad(y64, conv_out[0], g.double(), retain_graph=True)
-    (gx,) = torch.autograd.grad(conv_out[0], x64, rnd(g_conv).double())
-    torch.testing.assert_close(x.grad.double(), gx, atol=1e-3, rtol=1e-3)
+    torch.testing.assert_close(y_train.double(), y64, atol=1e-4, rtol=1e-4)
+    _check_grad_x_of_rounded(x, x64, y64, z64, g, tf32_round)
 
 
 BIG_REDUCTION = conv_epilogue_problem((4, 3, 66, 66), conv(3, 8, 3),

@@ -2,7 +2,7 @@
 
 Do not edit: regenerate with `kgen generate kgen/problems/avg_pool2d.py` (a hand edit makes kgen refuse to overwrite
 this file without --force).
-kgen-checksum: 5cf252a759095759bd3ecc0db12df0be16f39391311e0aed9d399318ca850ea6
+kgen-checksum: e29560806ebb3abf9321e624162e715a902c5a3230624bca8f8e8165a46af129
 
 Family pool; spec 4b862dba0d5233a7:
     op = 'avg'
@@ -156,8 +156,9 @@ def kgen_parse_arch_list(text):
 
 def kgen_target_archs(capability=None, supported=None):
     """The sorted architectures to compile for: TORCH_CUDA_ARCH_LIST's when set, else the GPU's ``capability``
-    (default: the current device's). As torch does, a capability newer than this torch build's newest sm_XY
-    (``supported``, default torch.cuda.get_arch_list()) is built as that newest one plus PTX."""
+    (default: the current device's; 9.0 is built as sm_90a, whose code runs on H100 / H200 only and may use wgmma).
+    As torch does, a capability newer than this torch build's newest sm_XY (``supported``, default
+    torch.cuda.get_arch_list()) is built as that newest one plus PTX."""
     if kgen_arch_env():
         return kgen_parse_arch_list(kgen_arch_env())
     import torch
@@ -169,6 +170,8 @@ def kgen_target_archs(capability=None, supported=None):
     known = [int(m.group(1)) for m in (re.match(r"sm_(\d+)", s) for s in supported) if m]
     if known and tuple(capability) > divmod(max(known), 10):
         return ["%d.%d+PTX" % divmod(max(known), 10)]
+    if tuple(capability) == (9, 0):  # sm_90a: the H100 / H200 build with wgmma (kernels test __CUDA_ARCH_FEAT_SM90_ALL)
+        return ["9.0a"]
     return ["%d.%d" % tuple(capability)]
 
 

@@ -2,7 +2,7 @@
 
 Do not edit: regenerate with `kgen generate kgen/problems/conv2d_avgpool_sigmoid_sum.py` (a hand edit makes kgen refuse to overwrite
 this file without --force).
-kgen-checksum: eb01a198b2380d9591abce932787820b9aeff1836aed83279b7489a6f9650d89
+kgen-checksum: 601b8b137044beeb710ddd2fa2323dd01ea59abc9fda450769257ebb913dca87
 
 Family conv2d_avgpool_act_reduce; spec 52613d086abfd65f:
     CI = 8
@@ -171,8 +171,9 @@ def kgen_parse_arch_list(text):
 
 def kgen_target_archs(capability=None, supported=None):
     """The sorted architectures to compile for: TORCH_CUDA_ARCH_LIST's when set, else the GPU's ``capability``
-    (default: the current device's). As torch does, a capability newer than this torch build's newest sm_XY
-    (``supported``, default torch.cuda.get_arch_list()) is built as that newest one plus PTX."""
+    (default: the current device's; 9.0 is built as sm_90a, whose code runs on H100 / H200 only and may use wgmma).
+    As torch does, a capability newer than this torch build's newest sm_XY (``supported``, default
+    torch.cuda.get_arch_list()) is built as that newest one plus PTX."""
     if kgen_arch_env():
         return kgen_parse_arch_list(kgen_arch_env())
     import torch
@@ -184,6 +185,8 @@ def kgen_target_archs(capability=None, supported=None):
     known = [int(m.group(1)) for m in (re.match(r"sm_(\d+)", s) for s in supported) if m]
     if known and tuple(capability) > divmod(max(known), 10):
         return ["%d.%d+PTX" % divmod(max(known), 10)]
+    if tuple(capability) == (9, 0):  # sm_90a: the H100 / H200 build with wgmma (kernels test __CUDA_ARCH_FEAT_SM90_ALL)
+        return ["9.0a"]
     return ["%d.%d" % tuple(capability)]
 
 

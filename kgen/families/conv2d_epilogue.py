@@ -397,10 +397,31 @@ def _halo(cin: int, hin: int, win: int, cin_g: int, hout: int, wout: int, cout_g
     # become immediates (PTX of the relu + bias forward: 58 instructions per tap for 8 mma.sync -> 4.97 per mma.sync);
     # the 3xTF32 path keeps its taps rolled (registers). grad_x (flip): tap_unroll
     unroll = tap_unroll(*k) if flip else k[0] * k[1]
+    flush = cin_g * k[0] * k[1] > NOFLUSH_K_MAX
+    # WGMMA: the forward's single-pass TF32 instances on sm_90a run on wgmma where the tile allows (wgmma_tile_ok); the
+    # accumulators of a flushed chain would need twice the registers, and grad_x (flip) keeps mma.sync
+    wgmma = not flip and not flush and wgmma_tile_ok(tile)
     return dict(CIN=cin, HIN=hin, WIN=win, CING=cin_g, HOUT=hout, WOUT=wout, COUTG=cout_g, SH=stride[0], SW=stride[1],
                 PH=pad[0], PW=pad[1], FLIP=flip, TH=th, TW=tw, HH=hh, HW=hw, HV=hv, LOFF=loff, HROW=hrow, HCS=hcs, CC=HALO_CC,
-                STAGES=stages, SMEM_BYTES=smem, FLUSH_TF32=cin_g * k[0] * k[1] > NOFLUSH_K_MAX,
-                TILES_H=ceil_div(hout, th), TILES_W=ceil_div(wout, tw), TAP_UNROLL=unroll)
+                STAGES=stages, SMEM_BYTES=smem, FLUSH_TF32=flush,
+                TILES_H=ceil_div(hout, th), TILES_W=ceil_div(wout, tw), TAP_UNROLL=unroll,
+                WGMMA=wgmma, WGMMA_REGS=tile["BN"] // 2 if wgmma else 0)
+
+
+# The halo forward's single-pass TF32 instances on sm_90a (H100 / H200 builds, the "9.0a" target) run their k steps
+# on warpgroup wgmma (m64 x BN x k8, A from registers in the m16n8k8 layout the halo loads already produce, B read by
+# the tensor core from shared memory through a matrix descriptor in the canonical K-major no-swizzle layout) instead
+# of mma.sync. A warpgroup is the 4 x 1 warp tile's 4 warps; warp w's m16 tile mi is rows (w * MI + mi) * 16 of the
+# CTA, so the accumulators keep mma.sync's fragment layout and every epilogue and fold reads them unchanged. H200,
+# scaling_min_c's GEMM (tests/dev/wgmma_tile.py, twenty-eighth session): mma.sync warp tile 0.347 ms, wgmma 0.228.
+WGMMA_N_MAX = 256  # wgmma's widest n
+
+
+def wgmma_tile_ok(tile: dict) -> bool:
+    """The halo forward's tile runs on wgmma (sm_90a): one warpgroup (4 x 1 warps, 128 threads) whose BN out channels
+    are one wgmma's n (a multiple of 8, at most WGMMA_N_MAX)."""
+    return (tile["WARPS_N"] == 1 and tile["WARPS_M"] == 4 and tile["THREADS"] == 128 and tile["BN"] % 8 == 0
+            and tile["BN"] <= WGMMA_N_MAX)
 
 
 # The halo forward's epilogue stages the CTA's z = conv + bias in shared memory, [BN][TH * TW + EPI_PAD] (the pad puts

@@ -30,7 +30,8 @@ def conv_form(fam, spec) -> tuple:
     d = fam.derive(spec)
     keys = ("HALO", "HALO_DX", "HALO_W", "FMA_DX", "FMA_FWD", "FUSED_POOL", "FUSED_REDUCE", "FUSED_CREDUCE", "DIRECT", "write_gz",
             "EPI_STAGED")
-    return tuple(bool(d[k]) for k in keys) + (bool(d["FUSED_CREDUCE"] and d["HF"]["WARPS_N"] > 1),)
+    return tuple(bool(d[k]) for k in keys) + (bool(d["FUSED_CREDUCE"] and d["HF"]["WARPS_N"] > 1),
+                                               bool(d["HALO"] and d["HALO"]["WGMMA"]))
 
 
 FORMS = {"pool": pool_form, "conv2d_epilogue": conv_form}
