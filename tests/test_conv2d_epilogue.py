@@ -878,6 +878,19 @@ def _float64_of_rounded(model, x, rnd):
     return x64, y64, conv_out[0]
 
 
+def tf32_inference_check(source: str, seed: int = 0) -> None:
+    """GPU: a problem whose forward runs from halo tiles, its inference output with TF32 in every pass (wgmma in an
+    sm_90a build, where the tile takes it) against the Model in float64 on TF32-rounded x and weight, within 1e-4.
+    tests/dev/sweep.py runs it on every random draw that takes the halo forward."""
+    model, new, shape = setup_problem(source, seed=seed)
+    torch.manual_seed(seed + 3)
+    x = torch.randn(shape, device="cuda")
+    _, y64, _ = _float64_of_rounded(model, x, tf32_round)
+    with tf32_mode(True, every_pass=True), torch.no_grad():
+        y = new(x)
+    torch.testing.assert_close(y.double(), y64, atol=1e-4, rtol=1e-4)
+
+
 def _check_grad_x_of_rounded(x, x64, y64, z64, g, rnd):
     """x.grad (from y.backward(g)) against float64's, whose conv's input gradient multiplies rnd(dL/dz) (1e-3: the
     kernel rounds dL/dz from float32, the reference from float64, test_tf32_mode_matches_float64_of_tf32_rounded_operands)."""

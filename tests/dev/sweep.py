@@ -1,6 +1,7 @@
 """Random in-scope problems for every registered family: render, check the generated module against KernelBench's
 static checker's rules (and nvcc-compile with --compile) here; on a GPU, also check forward and every gradient
-against PyTorch (tests/test_numerics.py's comparison; the conv families' outputs again with TF32 allowed, at 1e-2).
+against PyTorch (tests/test_numerics.py's comparison; the conv families' outputs again with TF32 allowed, at 1e-2; a
+draw whose forward runs from halo tiles also in TF32 against float64 of TF32-rounded operands, at 1e-4).
 Pool draws are generated with the walk's size threshold lifted (walk_lifted), so their small 3-d windows that share a
 slice take the walking forward; the GPU summary counts them.
 --path KEY keeps only the draws whose family's derive() has a truthy KEY (a kernel path, e.g. FMA_DX or HALO_DX).
@@ -77,6 +78,15 @@ def other_seeds(src: str, lift: bool, seeds=(1, 2)) -> str:
     return ", ".join(out)
 
 
+def takes(src: str, key: str):
+    """The draw's derive()[key] (a kernel path such as FMA_DX or HALO), None where its family has no derive()."""
+    from kgen.problem import load_problem
+    from kgen.spec import match
+
+    fam, spec = match(load_problem(write_problem(src)))
+    return getattr(fam, "derive", lambda s: {})(spec).get(key)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=12, help="problems per family")
@@ -89,13 +99,7 @@ def main():
     a = ap.parse_args()
     cases = [(f, s) for f, s in random_problems(a.n, a.seed) if a.family in (None, f)]
     if a.path:
-        from kgen.problem import load_problem
-        from kgen.spec import match
-
-        def takes(src: str) -> bool:
-            fam, spec = match(load_problem(write_problem(src)))
-            return bool(getattr(fam, "derive", lambda s: {})(spec).get(a.path))
-        cases = [(f, s) for f, s in cases if takes(s)]
+        cases = [(f, s) for f, s in cases if takes(s, a.path)]
         print(f"--path {a.path}: {len(cases)} draws", flush=True)
     gens, bad = [], 0
     for fam, src in cases:
@@ -122,6 +126,7 @@ def main():
     if a.gpu:
         from tests import helpers
         from tests.device.prebuild import build
+        from tests.test_conv2d_epilogue import tf32_inference_check
         from tests.test_numerics import compare
 
         # build every extension in parallel first; the checks then load from the cache
@@ -130,13 +135,17 @@ def main():
             for name, secs, rc, err in ex.map(build, paths):
                 if rc:
                     print(f"BUILD FAIL {name}: {err[-1500:]}")
-        walks, designs = 0, Counter()
+        walks, designs, halo_tf32 = 0, Counter(), Counter()
         for fam, src, gen, lift in gens:
             try:
                 with walk_lifted(lift):
                     compare(src)
                 if fam.startswith("conv2d"):  # also PyTorch's default flags (TF32 allowed), as a benchmark harness runs it
                     compare(src, tf32=True)
+                halo = takes(src, "HALO") if fam == "conv2d_epilogue" else None
+                if halo:  # the halo forward in TF32 (wgmma where it takes it) against TF32's own error model, at 1e-4
+                    tf32_inference_check(src)
+                    halo_tf32["wgmma" if halo["WGMMA"] else "mma.sync"] += 1
                 walked = "WALK = 0," not in gen.files["kernel.cu"] and "constexpr int WALK =" in gen.files["kernel.cu"]
                 walks += walked
                 design = pool_designs(gen) if fam == pool_family.NAME else ""
@@ -148,6 +157,8 @@ def main():
                 print(f"GPU FAIL {fam} {gen.name}: the same problem on other inputs: {other_seeds(src, lift)} (a failure on one "
                       "seed only is often a near-tie of a max: tests/dev/argmax_margin.py measures it; still counted)")
         print(f"sweep: {walks} of the GPU cases walk (pool 3-d windows sharing a slice)")
+        print(f"sweep: halo forwards checked in TF32 against float64 of TF32-rounded operands: {halo_tf32['wgmma']} on wgmma "
+              f"(in an sm_90a build), {halo_tf32['mma.sync']} on mma.sync")
         if designs:
             print("sweep: passing pool cases by (forward, backward) design: "
                   + ", ".join(f"{d} {n}" for d, n in sorted(designs.items()) if n))
