@@ -900,30 +900,37 @@ def _check_grad_x_of_rounded(x, x64, y64, z64, g, rnd):
 
 
 # CASES whose halo forward runs its single-pass TF32 inference instances on wgmma in an sm_90a build (HALO["WGMMA"]:
-# 4 x 1 warp tiles, no flushed chain): the unfolded forward, a folded pooling stage, (H, W) and channel reductions,
-# BN from 8 to 64, one and two operand stages, groups.
+# 4 x 1 and 4 x 2 warp tiles (one or two warpgroups), no flushed chain): the unfolded forward, a folded pooling stage,
+# (H, W) and channel reductions, n from 8 to 64, one and two operand stages, groups.
 WGMMA_CASES = [cid for cid in CASE if (fam.derive(_spec(CASE[cid]))["HALO"] or {}).get("WGMMA")]
 
 
 def test_wgmma_plan_and_render():
-    """CPU: the halo forward takes wgmma exactly on one-warpgroup tiles (4 x 1 warps, 128 threads) without a flushed
-    chain, never for grad_x; the rendered kernel issues m64 x BN x k8 TF32 wgmmas with BN / 2 accumulators a thread,
-    and arranges the weights in wgmma's layout only for the instances that read it (inference, TF32)."""
+    """CPU: the halo forward takes wgmma exactly on tiles of 4 x WARPS_N warps (each warp column one warpgroup of 128
+    threads) without a flushed chain, never for grad_x; the rendered kernel issues m64 x n x k8 TF32 wgmmas, n the
+    BN / WARPS_N out channels of a warp column, with n / 2 accumulators a thread, each warp column's descriptor at its
+    own out channels, and arranges the weights in wgmma's layout only for the instances that read it (inference, TF32)."""
     assert len(WGMMA_CASES) >= 8
+    seen = set()
     for cid in CASE:
         d = fam.derive(_spec(CASE[cid]))
         h, f = d["HALO"], d["HF"]
         if h is None:
             continue
-        want = (f["WARPS_M"], f["WARPS_N"], f["THREADS"]) == (4, 1, 128) and not h["FLUSH_TF32"]
+        want = f["WARPS_M"] == 4 and f["THREADS"] == 128 * f["WARPS_N"] and not h["FLUSH_TF32"]
         assert h["WGMMA"] is want, cid
         assert d["HALO_DX"] is None or not d["HALO_DX"]["WGMMA"]
         if not want:
             continue
+        seen.add(f["WARPS_N"])
+        n = f["BN"] // f["WARPS_N"]
+        assert h["WGMMA_N"] == n and n % 8 == 0, cid
         kernel = emit.generate(write_problem(CASE[cid])).files["kernel.cu"]
-        assert f"wgmma.mma_async.sync.aligned.m64n{f['BN']}k8.f32.tf32.tf32 {{ %0, " in kernel, cid
-        assert f"%{f['BN'] // 2 - 1} }}, {{ %{f['BN'] // 2}, " in kernel and f'"+f"(d[{f["BN"] // 8 - 1}][3])' in kernel
+        assert f"wgmma.mma_async.sync.aligned.m64n{n}k8.f32.tf32.tf32 {{ %0, " in kernel, cid
+        assert f"%{n // 2 - 1} }}, {{ %{n // 2}, " in kernel and f'"+f"(d[{n // 8 - 1}][3])' in kernel
+        assert "bs + (threadIdx.x >> 7) * (64 * T::NI) : bs;" in kernel
         assert "halo_layout(tf32, " in kernel and "Gm::WGMMA && !X3 && !SAVE>" in kernel
+    assert seen == {1, 2}, "CASES take wgmma on both one- and two-warpgroup tiles"
 
 
 @pytest.mark.gpu

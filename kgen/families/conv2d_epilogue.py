@@ -401,27 +401,38 @@ def _halo(cin: int, hin: int, win: int, cin_g: int, hout: int, wout: int, cout_g
     # WGMMA: the forward's single-pass TF32 instances on sm_90a run on wgmma where the tile allows (wgmma_tile_ok); the
     # accumulators of a flushed chain would need twice the registers, and grad_x (flip) keeps mma.sync
     wgmma = not flip and not flush and wgmma_tile_ok(tile)
+    # WGMMA_UNROLL: the wgmma loop (two taps an iteration) unrolls at most this many iterations: all of them on one
+    # warpgroup (128 threads, up to 255 registers a thread at 2 CTAs an SM), a kernel row's count (tap_unroll) on two
+    # (256 threads, 128 registers): unrolled in full, Conv2d(16->64, 5, p2)'s 25 taps spilled 4 bytes on sm_90a
+    wg_unroll = (k[0] * k[1] if tile["THREADS"] == 128 else tap_unroll(*k)) if wgmma else 0
     return dict(CIN=cin, HIN=hin, WIN=win, CING=cin_g, HOUT=hout, WOUT=wout, COUTG=cout_g, SH=stride[0], SW=stride[1],
                 PH=pad[0], PW=pad[1], FLIP=flip, TH=th, TW=tw, HH=hh, HW=hw, HV=hv, LOFF=loff, HROW=hrow, HCS=hcs, CC=HALO_CC,
                 STAGES=stages, SMEM_BYTES=smem, FLUSH_TF32=flush,
                 TILES_H=ceil_div(hout, th), TILES_W=ceil_div(wout, tw), TAP_UNROLL=unroll,
-                WGMMA=wgmma, WGMMA_REGS=tile["BN"] // 2 if wgmma else 0)
+                WGMMA=wgmma, WGMMA_N=tile["BN"] // tile["WARPS_N"] if wgmma else 0, WGMMA_UNROLL=wg_unroll,
+                WGMMA_REGS=tile["BN"] // tile["WARPS_N"] // 2 if wgmma else 0)
 
 
 # The halo forward's single-pass TF32 instances on sm_90a (H100 / H200 builds, the "9.0a" target) run their k steps
-# on warpgroup wgmma (m64 x BN x k8, A from registers in the m16n8k8 layout the halo loads already produce, B read by
+# on warpgroup wgmma (m64 x n x k8, A from registers in the m16n8k8 layout the halo loads already produce, B read by
 # the tensor core from shared memory through a matrix descriptor in the canonical K-major no-swizzle layout) instead
-# of mma.sync. A warpgroup is the 4 x 1 warp tile's 4 warps; warp w's m16 tile mi is rows (w * MI + mi) * 16 of the
-# CTA, so the accumulators keep mma.sync's fragment layout and every epilogue and fold reads them unchanged. H200,
-# scaling_min_c's GEMM (tests/dev/wgmma_tile.py, twenty-eighth session): mma.sync warp tile 0.347 ms, wgmma 0.228.
+# of mma.sync. A warpgroup is a warp column of the 4 x WARPS_N warp tile (its n: that column's BN / WARPS_N out
+# channels); warp w's m16 tile mi is rows (w * MI + mi) * 16 of the CTA, so the accumulators keep mma.sync's fragment
+# layout and every epilogue and fold reads them unchanged. H200, scaling_min_c's GEMM (tests/dev/wgmma_tile.py,
+# twenty-eighth session): mma.sync warp tile 0.347 ms, wgmma 0.228. Forward ms, TF32, 4 x 2 warp tiles (1-2 input
+# chunks) mma.sync -> wgmma (thirtieth session, one run): the hardswish -> MaxPool2d -> mish example 1.183 -> 1.174,
+# Conv2d(8->32, 5, s2) -> gelu -> global average 0.747 -> 0.710, KernelBench L2 problem 25 (min over C) 1.321 ->
+# 1.297, Conv2d(8->64) -> gelu -> global average 2.780 -> 2.775, but the unfolded Conv2d(16->64) -> hardswish 1.179 ->
+# 1.220 (as conv3x3_relu_bias on 4 x 1 tiles, +4%: unfolded forwards over few chunks, not understood).
 WGMMA_N_MAX = 256  # wgmma's widest n
 
 
 def wgmma_tile_ok(tile: dict) -> bool:
-    """The halo forward's tile runs on wgmma (sm_90a): one warpgroup (4 x 1 warps, 128 threads) whose BN out channels
-    are one wgmma's n (a multiple of 8, at most WGMMA_N_MAX)."""
-    return (tile["WARPS_N"] == 1 and tile["WARPS_M"] == 4 and tile["THREADS"] == 128 and tile["BN"] % 8 == 0
-            and tile["BN"] <= WGMMA_N_MAX)
+    """The halo forward's tile runs on wgmma (sm_90a): 4 x WARPS_N warps, each warp column one warpgroup (its 4 warps
+    are warp_m 0..3), whose BN / WARPS_N out channels are one wgmma's n (a multiple of 8, at most WGMMA_N_MAX)."""
+    n = tile["BN"] // tile["WARPS_N"]
+    return (tile["WARPS_M"] == 4 and tile["THREADS"] == 128 * tile["WARPS_N"] and n * tile["WARPS_N"] == tile["BN"]
+            and n % 8 == 0 and n <= WGMMA_N_MAX)
 
 
 # The halo forward's epilogue stages the CTA's z = conv + bias in shared memory, [BN][TH * TW + EPI_PAD] (the pad puts
