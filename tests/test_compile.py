@@ -33,14 +33,27 @@ def rendered():
 CASES = rendered()
 
 
-def ptxas_report(tmp_path: Path, source: str, archs: tuple[str, ...], sm90_path: int) -> str:
-    src = tmp_path / f"kernel_{sm90_path}.cu"
+def ptxas_reports(tmp_path: Path, source: str, builds: list[tuple[tuple[str, ...], int]]) -> list[str]:
+    """ptxas's -v report of each build (archs, KGEN_SM90) of `source`: the builds run at once, and each compiles its
+    archs in parallel (nvcc --threads 0: one job per CPU; each arch's report stays in one piece)."""
+    src = tmp_path / "kernel.cu"
     src.write_text(source)
-    gencode = [f"-gencode=arch=compute_{a},code=sm_{a}" for a in archs]
-    r = subprocess.run([NVCC, *gencode, f"-DKGEN_SM90={sm90_path}", "-O3", "-std=c++17", "-c", "-Xptxas", "-v",
-                        str(src), "-o", str(tmp_path / "k.o")], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr[-4000:]
-    return r.stderr
+    procs = []
+    for i, (archs, sm90_path) in enumerate(builds):
+        gencode = [f"-gencode=arch=compute_{a},code=sm_{a}" for a in archs]
+        procs.append(subprocess.Popen([NVCC, "--threads", "0", *gencode, f"-DKGEN_SM90={sm90_path}", "-O3", "-std=c++17",
+                                       "-c", "-Xptxas", "-v", str(src), "-o", str(tmp_path / f"k{i}.o")],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+    reports = []
+    for proc in procs:
+        _, err = proc.communicate()
+        assert proc.returncode == 0, err[-4000:]
+        reports.append(err)
+    return reports
+
+
+def ptxas_report(tmp_path: Path, source: str, archs: tuple[str, ...], sm90_path: int) -> str:
+    return ptxas_reports(tmp_path, source, [(archs, sm90_path)])[0]
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc not on PATH")
@@ -51,8 +64,7 @@ def test_kernel_compiles_for_every_arch_without_spills(tmp_path, label, gen):
     # wgmma code (its only use of KGEN_SM90), else for sm_90
     hopper = ("90a",) if "wgmma" in source else ("90",)
     builds = [(ARCHS, 0)] + ([(hopper, 1)] if "KGEN_SM90" in source else [])
-    for archs, sm90_path in builds:
-        report = ptxas_report(tmp_path, source, archs, sm90_path)
+    for (archs, sm90_path), report in zip(builds, ptxas_reports(tmp_path, source, builds)):
         for arch in archs:
             assert f"for 'sm_{arch}'" in report, f"no ptxas report for sm_{arch}:\n{report[-2000:]}"
         kernels = re.findall(r"Compiling entry function '(\w+)'", report)
