@@ -1108,7 +1108,8 @@ def test_halo_forward_takes_one_buffer_where_two_do_not_fit():
 def test_halo_forward_stages_its_training_epilogue_where_rows_split_sectors(pad, staged):
     """Output rows of 254 floats (not whole 32-byte sectors): the training instance of the forward (z written) stages
     the CTA's conv outputs in shared memory and writes y and z a tile row at a time; inference, and 256-wide rows,
-    keep the direct stores. The 5x5 staged instance unrolls one row of taps (all 25 spilled on sm_80)."""
+    keep the direct stores. The 5x5 staged instance unrolls one row of taps (all 25 spilled on sm_80), and so do the
+    other TF32 instances of a 256-thread tile (all 25 spilled 4 bytes on sm_90), while a 128-thread tile's unroll all."""
     src = conv_epilogue_problem((2, 16, 256, 256), conv(16, 64, 3, padding=pad), CONV_IN + ["return F.hardswish(x - 0.5)"])
     d = fam.derive(_spec(src))
     assert d["HALO"] is not None and d["EPI_STAGED"] is staged and d["EPI_TAP_UNROLL"] == d["HALO"]["TAP_UNROLL"] == 9
@@ -1118,8 +1119,10 @@ def test_halo_forward_stages_its_training_epilogue_where_rows_split_sectors(pad,
     assert ("zs[col * ZLD + row] = v;" in kernel) is staged
     assert ("conv_forward_halo<false, false, true><<<" in kernel) is staged  # launched only when z is written
     assert "stored straight from the fragments" in kernel
-    d5 = fam.derive(_spec(CASE["halo_ci16_k5_onestage_relu_bias_c"]))
-    assert d5["EPI_STAGED"] and d5["EPI_TAP_UNROLL"] == 5 and d5["HALO"]["TAP_UNROLL"] == 25
+    d5 = fam.derive(_spec(CASE["halo_ci16_k5_onestage_relu_bias_c"]))  # 256 threads: 128 registers a thread
+    assert d5["EPI_STAGED"] and d5["EPI_TAP_UNROLL"] == 5 and d5["HF"]["THREADS"] == 256 and d5["HALO"]["TAP_UNROLL"] == 5
+    d5w = fam.derive(_spec(CASE["halo_ci32_k5_wide_onestage_silu_mean_hw"]))  # 128 threads: every tap unrolled
+    assert d5w["HF"]["THREADS"] == 128 and d5w["HALO"]["TAP_UNROLL"] == 25
 
 
 @pytest.mark.parametrize("cid,dx_unroll", [("halo_ci32_k5_wide_onestage_silu_mean_hw", 5), ("halo_ci24_k3x5_dil21_bias_c", 5),

@@ -395,21 +395,19 @@ def _halo(cin: int, hin: int, win: int, cin_g: int, hout: int, wout: int, cout_g
     # ms, hardswish 1.156 -> 1.127)
     # TAP_UNROLL: taps unrolled with TF32 allowed (single-pass mma), all of them: each tap's shared-memory offsets
     # become immediates (PTX of the relu + bias forward: 58 instructions per tap for 8 mma.sync -> 4.97 per mma.sync);
-    # the 3xTF32 path keeps its taps rolled (registers). grad_x (flip): tap_unroll
-    unroll = tap_unroll(*k) if flip else k[0] * k[1]
+    # the 3xTF32 path keeps its taps rolled (registers). grad_x (flip) and 256-thread forward tiles (4 x 2 warps, 128
+    # registers a thread at 2 CTAs an SM): tap_unroll. Unrolled in full there, the 25 taps of a 5x5 kernel spilled 4
+    # bytes on sm_90: Conv2d(32->64, 5, groups=2) (mma.sync; a random draw, seed 3002), Conv2d(16->64, 5, p2) (wgmma)
+    unroll = tap_unroll(*k) if flip or tile["THREADS"] > 128 else k[0] * k[1]
     flush = cin_g * k[0] * k[1] > NOFLUSH_K_MAX
     # WGMMA: the forward's single-pass TF32 instances on sm_90a run on wgmma where the tile allows (wgmma_tile_ok); the
     # accumulators of a flushed chain would need twice the registers, and grad_x (flip) keeps mma.sync
     wgmma = not flip and not flush and wgmma_tile_ok(tile)
-    # WGMMA_UNROLL: the wgmma loop (two taps an iteration) unrolls at most this many iterations: all of them on one
-    # warpgroup (128 threads, up to 255 registers a thread at 2 CTAs an SM), a kernel row's count (tap_unroll) on two
-    # (256 threads, 128 registers): unrolled in full, Conv2d(16->64, 5, p2)'s 25 taps spilled 4 bytes on sm_90a
-    wg_unroll = (k[0] * k[1] if tile["THREADS"] == 128 else tap_unroll(*k)) if wgmma else 0
     return dict(CIN=cin, HIN=hin, WIN=win, CING=cin_g, HOUT=hout, WOUT=wout, COUTG=cout_g, SH=stride[0], SW=stride[1],
                 PH=pad[0], PW=pad[1], FLIP=flip, TH=th, TW=tw, HH=hh, HW=hw, HV=hv, LOFF=loff, HROW=hrow, HCS=hcs, CC=HALO_CC,
                 STAGES=stages, SMEM_BYTES=smem, FLUSH_TF32=flush,
                 TILES_H=ceil_div(hout, th), TILES_W=ceil_div(wout, tw), TAP_UNROLL=unroll,
-                WGMMA=wgmma, WGMMA_N=tile["BN"] // tile["WARPS_N"] if wgmma else 0, WGMMA_UNROLL=wg_unroll,
+                WGMMA=wgmma, WGMMA_N=tile["BN"] // tile["WARPS_N"] if wgmma else 0,
                 WGMMA_REGS=tile["BN"] // tile["WARPS_N"] // 2 if wgmma else 0)
 
 
