@@ -403,12 +403,12 @@ def _halo(cin: int, hin: int, win: int, cin_g: int, hout: int, wout: int, cout_g
     # WGMMA: the forward's single-pass TF32 instances on sm_90a run on wgmma where the tile allows (wgmma_tile_ok); the
     # accumulators of a flushed chain would need twice the registers, and grad_x (flip) keeps mma.sync
     wgmma = not flip and not flush and wgmma_tile_ok(tile)
+    wg_n = tile["BN"] // tile["WARPS_N"] if wgmma else 0  # a warpgroup's n (a warp column's out channels)
     return dict(CIN=cin, HIN=hin, WIN=win, CING=cin_g, HOUT=hout, WOUT=wout, COUTG=cout_g, SH=stride[0], SW=stride[1],
                 PH=pad[0], PW=pad[1], FLIP=flip, TH=th, TW=tw, HH=hh, HW=hw, HV=hv, LOFF=loff, HROW=hrow, HCS=hcs, CC=HALO_CC,
                 STAGES=stages, SMEM_BYTES=smem, FLUSH_TF32=flush,
                 TILES_H=ceil_div(hout, th), TILES_W=ceil_div(wout, tw), TAP_UNROLL=unroll,
-                WGMMA=wgmma, WGMMA_N=tile["BN"] // tile["WARPS_N"] if wgmma else 0,
-                WGMMA_REGS=tile["BN"] // tile["WARPS_N"] // 2 if wgmma else 0)
+                WGMMA=wgmma, WGMMA_N=wg_n, WGMMA_REGS=wg_n // 2)
 
 
 # The halo forward's single-pass TF32 instances on sm_90a (H100 / H200 builds, the "9.0a" target) run their k steps
