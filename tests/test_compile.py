@@ -73,6 +73,10 @@ def test_kernel_compiles_for_every_arch_without_spills(tmp_path, label, gen):
         stacks = re.findall(r"(\d+) bytes stack frame", report)
         assert spills and all(s == ("0", "0") for s in spills), f"KGEN_SM90={sm90_path}:\n{report}"
         assert all(s == "0" for s in stacks), f"KGEN_SM90={sm90_path}:\n{report}"
+        # ptxas's wgmma diagnostics: C7510-C7520 say it serialized the wgmmas (an operand defined or read while one
+        # is in flight) or injected its own waits and fences, silently costing the pipelining the template intends
+        wgmma_notes = [m.group(0) for m in re.finditer(r"\(C75[0-2]\d\)[^\n]*", report)]
+        assert not wgmma_notes, f"KGEN_SM90={sm90_path}: ptxas serialized wgmma:\n" + "\n".join(wgmma_notes)
 
 
 # Max pools with large windows, whose forward that saves offsets spilled at its 128-register cap before the window
