@@ -666,11 +666,12 @@ def fused_pool(spec: Spec, halo: dict | None, tile: dict) -> dict | None:
         return None
     if st.ceil_mode and (spec.HO % kh or spec.WO % kw):
         return None
-    ps = tile["BN"] * halo["TH"] * halo["TW"] * 4  # the CTA's conv outputs, staged for pooling
+    pld = halo["TH"] * halo["TW"] + EPI_PAD  # a staged channel's floats (EPI_PAD's reason: the fragments' stores)
+    ps = tile["BN"] * pld * 4  # the CTA's conv outputs, staged for pooling
     # the folded kernel unrolls one row of taps at a time with TF32 allowed: all of them spilled on sm_80 (its pooling
     # epilogue holds registers of its own)
     return dict(op=st.op, KH=kh, KW=kw, PHO=st.out_shape[2], PWO=st.out_shape[3], divisor=st.divisor or kh * kw,
-                SMEM_BYTES=max(halo["SMEM_BYTES"], ps), TAP_UNROLL=spec.KW)
+                PLD=pld, SMEM_BYTES=max(halo["SMEM_BYTES"], ps), TAP_UNROLL=spec.KW)
 
 
 FOLD_REDUCE_PASS = {"sum": "SUM", "mean": "SUM", "amax": "MAX", "amin": "MIN", "window_max": "MAX"}
@@ -698,9 +699,11 @@ def fused_reduce(spec: Spec, halo: dict | None, tile: dict, fma_fwd: dict | None
     lanes = tile["THREADS"] // tile["BN"]
     if tile["THREADS"] % tile["BN"] or lanes > 32 or lanes & (lanes - 1) or (halo["TH"] * halo["TW"]) % lanes:
         return None
-    ps = tile["BN"] * halo["TH"] * halo["TW"] * 4  # the CTA's program outputs, staged for the reduction
+    pld = halo["TH"] * halo["TW"] + EPI_PAD  # a staged channel's floats, as fused_pool's
+    ps = tile["BN"] * pld * 4  # the CTA's program outputs, staged for the reduction
     return dict(PASS=fold, NEUTRAL=FOLD_NEUTRAL[fold], MEAN=st.op == "mean", LANES=lanes,
-                TILES=halo["TILES_H"] * halo["TILES_W"], SMEM_BYTES=max(halo["SMEM_BYTES"], ps), TAP_UNROLL=spec.KW)
+                TILES=halo["TILES_H"] * halo["TILES_W"], PLD=pld, SMEM_BYTES=max(halo["SMEM_BYTES"], ps),
+                TAP_UNROLL=spec.KW)
 
 
 FOLD_CREDUCE_PASS = {"sum": "SUM", "mean": "SUM", "amax": "MAX", "amin": "MIN", "max_dim": "MAX", "min_dim": "MIN",
