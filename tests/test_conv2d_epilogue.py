@@ -1163,6 +1163,22 @@ def test_halo_forward_warps_own_every_out_channel_from_three_chunks():
     assert "using TileH = Tile<128, 64, 4, 1," in kernel and "using TileF = Tile<128, 64, 4, 2," in kernel
 
 
+def test_a_folded_first_stage_takes_4x1_warps_from_one_chunk():
+    """halo_fold_tile: where the halo forward folds its first stage (a pool, an (H, W) or a channel reduction), its
+    tile is 4 x 1 warps (128 threads) from one input chunk on, and the fold is planned on that tile; an unfolded
+    forward over fewer than HALO_WIDE_MIN_CHUNKS chunks keeps 2 x 4 warps."""
+    for cid, fold in (("halo_ci8_k5s2_gelu_global_avg_squeeze", "FUSED_REDUCE"), ("halo_ci8_small_tanh_maxpool", "FUSED_POOL"),
+                      ("halo_ci16_avgpool2_divisor_scale_c", "FUSED_POOL"), ("creduce_ci8_sum_c_keepdim_shift", "FUSED_CREDUCE")):
+        spec = _spec(CASE[cid])
+        assert spec.CI // spec.G // fam.HALO_CC < fam.HALO_WIDE_MIN_CHUNKS, cid
+        d = fam.derive(spec)
+        assert d[fold] is not None and (d["HF"]["WARPS_N"], d["HF"]["THREADS"]) == (1, 128), cid
+        if fold == "FUSED_REDUCE":
+            assert d[fold]["LANES"] * d["HF"]["BN"] == 128
+    narrow = fam.derive(_spec(CASE["halo_ci16_w32_pad1_relu_bias_c"]))
+    assert not (narrow["FUSED_POOL"] or narrow["FUSED_REDUCE"] or narrow["FUSED_CREDUCE"])
+    assert (narrow["HF"]["WARPS_N"], narrow["HF"]["THREADS"]) == (2, 256)
+
 def test_tf32_halo_accumulates_unflushed_up_to_noflush_k_max():
     """With TF32 allowed the halo forward / grad_x run their mma.sync on acc directly where the reduction (channels a
     group x taps) is at most NOFLUSH_K_MAX, and flush a `part` accumulator every chunk beyond it; the template reads
@@ -1271,10 +1287,10 @@ def test_a_reduction_over_hw_after_a_halo_forward_is_folded_in_for_inference(cid
     kernel's shared memory; a single 8-channel chunk takes one shared-memory stage (the 5x5 stride-2 case fits only so)."""
     spec = _spec(CASE[cid])
     d = fam.derive(spec)
-    h, f, r = d["HALO"], d["F"], d["FUSED_REDUCE"]
+    h, f, r = d["HALO"], d["HF"], d["FUSED_REDUCE"]  # f: the halo forward's tile, which the fold runs on
     assert h is not None and r is not None and d["FUSED_POOL"] is None
     assert r["TILES"] == h["TILES_H"] * h["TILES_W"] and r["LANES"] * f["BN"] == f["THREADS"]
-    assert r["SMEM_BYTES"] >= max(h["SMEM_BYTES"], f["BN"] * f["BM"] * 4)
+    assert r["PLD"] >= f["BM"] and r["SMEM_BYTES"] >= max(h["SMEM_BYTES"], f["BN"] * r["PLD"] * 4)
     assert h["STAGES"] == (1 if spec.CI // spec.G == 8 else 2)
     assert r["PASS"] == {"mean": "SUM", "sum": "SUM", "amax": "MAX", "window_max": "MAX", "amin": "MIN"}[spec.stages[0].op]
 

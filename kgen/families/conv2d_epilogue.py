@@ -485,7 +485,7 @@ def halo_fwd_smem(halo: dict | None, tile: dict, staged: bool) -> int:
 HALO_WIDE_MIN_CHUNKS = 3  # the halo forward's warps own all BN out channels from this many input-channel chunks on
 
 
-def halo_tile(spec: Spec) -> dict:
+def halo_tile(spec: Spec, wide: bool = False) -> dict:
     """The halo forward's CTA tile: 128 positions x BN out channels like the im2col forward's (TileF), but from
     HALO_WIDE_MIN_CHUNKS chunks of input channels on each warp owns all BN channels of 32 positions (4 x 1 warps, 128
     threads: a 32 x 64 warp tile loads 1.5 shared floats a mma.sync instead of 2, and does half the epilogue's index
@@ -495,9 +495,9 @@ def halo_tile(spec: Spec) -> dict:
     chunks 1.036 -> 0.893, 8 chunks 0.756 -> 0.721. With 2 chunks it went either way: Conv2d(16->64, 3, padding=1)
     -3% or even, without padding (254-wide outputs) +23-30% (not understood), so fewer chunks keep 2 x 4 warps (one
     chunk gained 3-10%: a candidate once the 2-chunk loss is understood). Out channels that are not a power of two
-    take a trimmed tile (trim_halo_n)."""
+    take a trimmed tile (trim_halo_n). wide: 4 x 1 warps whatever the chunks (halo_fold_tile)."""
     cols = spec.CO // spec.G
-    tile = halo_warp_tile(cols, spec.CI // spec.G // HALO_CC)
+    tile = halo_warp_tile(cols, spec.CI // spec.G // HALO_CC, wide)
     st = spec.stages[0] if spec.stages else None
     if st is not None and st.kind == "reduce" and tuple(st.dims) == (2, 3):  # the (H, W) fold: BN lanes a power of two
         return tile
@@ -521,10 +521,29 @@ def trim_halo_n(tile: dict, cols: int) -> dict:
     return dict(tile, BN=bn, LDB=bn + 8)  # LDB: 8 or 24 mod 32 (the Tile struct's check; the halo kernels read no Bs)
 
 
-def halo_warp_tile(cols: int, chunks: int) -> dict:
+def halo_warp_tile(cols: int, chunks: int, wide: bool = False) -> dict:
     """A halo convolution's CTA tile over 128 positions x `cols` channels, reading `chunks` 8-channel chunks: 4 x 1
-    warps from HALO_WIDE_MIN_CHUNKS chunks on, else 2 x 4 (halo_tile says why)."""
-    return gemm_tile(1 << 20, cols, max_warps_n=1 if chunks >= HALO_WIDE_MIN_CHUNKS else 2)
+    warps from HALO_WIDE_MIN_CHUNKS chunks on (or wide), else 2 x 4 (halo_tile says why)."""
+    return gemm_tile(1 << 20, cols, max_warps_n=1 if wide or chunks >= HALO_WIDE_MIN_CHUNKS else 2)
+
+
+def halo_fold_tile(spec: Spec, tile: dict) -> dict:
+    """The halo forward's tile where it folds its first stage into its epilogue (fused_pool, fused_reduce,
+    fused_creduce): 4 x 1 warps from one input chunk on, if the fold still applies on it. One tile serves every
+    instance (training's too). H200, TF32 inference forward ms, 2 x 4 -> 4 x 1 warps (thirty-first session, same run,
+    wgmma): hardswish -> MaxPool2d(2) -> mish (16 -> 64, 2 chunks) 0.802 -> 0.738, Conv2d(8->32, 5, s2) -> gelu ->
+    global average 0.623 -> 0.523, Conv2d(8->64) -> gelu -> global average 2.287 -> 2.075, Conv2d(8->64) -> tanh ->
+    MaxPool2d(4) 1.851 -> 1.632, problem 25 (16 -> 64, min over C) 1.257 -> 1.037; unfolded forwards keep 2 x 4 below
+    HALO_WIDE_MIN_CHUNKS (Conv2d(16->64) -> hardswish lost 12% on 4 x 1)."""
+    if tile["WARPS_N"] == 1:
+        return tile
+    wide = halo_tile(spec, wide=True)
+    halo = halo_plan(spec, wide)
+    if halo is None:
+        return tile
+    if fused_pool(spec, halo, wide) or fused_reduce(spec, halo, wide, None) or fused_creduce(spec, halo, wide):
+        return wide
+    return tile
 
 
 FMA_FWD_CIG_MAX = 4  # the forward with float32 FMAs (fma_fwd_plan) for at most this many input channels a group
@@ -966,7 +985,7 @@ def derive(spec: Spec) -> dict:
     red_terms = ([bwd.result] if s.HAS_BIAS else []) + [grads[p.name] for p in s.params]
     red_outputs = ([dict(out="gb", scalar=False)] if s.HAS_BIAS else []) + \
         [dict(out=f"gp{i}", scalar=p.broadcast == "scalar") for i, p in enumerate(s.params)]
-    tiles = dict(F=gemm_tile(1 << 20, cog), HF=halo_tile(s), D=halo_dx_tile(s), WG=gemm_tile(cog, cig * s.KH * s.KW))
+    tiles = dict(F=gemm_tile(1 << 20, cog), HF=halo_fold_tile(s, halo_tile(s)), D=halo_dx_tile(s), WG=gemm_tile(cog, cig * s.KH * s.KW))
     phases, phase_table = dgrad_phases(s, cog)
     halo = halo_plan(s, tiles["HF"])
     fma_fwd = fma_fwd_plan(s, halo)
