@@ -13,16 +13,15 @@ from pathlib import Path
 import pytest
 
 from kgen import emit
+from tests import ptxas
 from tests.families import all_cases
 from tests.helpers import REPO, write_problem
 
-NVCC = shutil.which("nvcc")
+NVCC = ptxas.NVCC
 CXX = shutil.which("g++")
 CUDA_INCLUDE = next((d / "include" for d in [Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")), Path("/usr/local/cuda"),
                                              Path(NVCC or "/").resolve().parent.parent]
                      if (d / "include" / "cuda_runtime.h").exists()), None)
-ARCHS = ("80", "86", "89", "90")
-
 
 def rendered():
     out = [(p.stem, emit.generate(p)) for p in sorted((REPO / "kgen" / "problems").glob("[!_]*.py"))]
@@ -33,50 +32,23 @@ def rendered():
 CASES = rendered()
 
 
-def ptxas_reports(tmp_path: Path, source: str, builds: list[tuple[tuple[str, ...], int]]) -> list[str]:
-    """ptxas's -v report of each build (archs, KGEN_SM90) of `source`: the builds run at once, and each compiles its
-    archs in parallel (nvcc --threads 0: one job per CPU; each arch's report stays in one piece)."""
-    src = tmp_path / "kernel.cu"
-    src.write_text(source)
-    procs = []
-    for i, (archs, sm90_path) in enumerate(builds):
-        gencode = [f"-gencode=arch=compute_{a},code=sm_{a}" for a in archs]
-        procs.append(subprocess.Popen([NVCC, "--threads", "0", *gencode, f"-DKGEN_SM90={sm90_path}", "-O3", "-std=c++17",
-                                       "-c", "-Xptxas", "-v", str(src), "-o", str(tmp_path / f"k{i}.o")],
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
-    reports = []
-    for proc in procs:
-        _, err = proc.communicate()
-        assert proc.returncode == 0, err[-4000:]
-        reports.append(err)
-    return reports
-
-
 def ptxas_report(tmp_path: Path, source: str, archs: tuple[str, ...], sm90_path: int) -> str:
-    return ptxas_reports(tmp_path, source, [(archs, sm90_path)])[0]
+    return ptxas.reports(tmp_path, source, [(archs, sm90_path)])[0]
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc not on PATH")
 @pytest.mark.parametrize("label,gen", CASES, ids=[c[0] for c in CASES])
 def test_kernel_compiles_for_every_arch_without_spills(tmp_path, label, gen):
     source = gen.files["kernel.cu"]
-    # the Hopper path (KGEN_SM90=1) where a kernel has one: for sm_90a (an H100 / H200 build's target) where it has
-    # wgmma code (its only use of KGEN_SM90), else for sm_90
-    hopper = ("90a",) if "wgmma" in source else ("90",)
-    builds = [(ARCHS, 0)] + ([(hopper, 1)] if "KGEN_SM90" in source else [])
-    for (archs, sm90_path), report in zip(builds, ptxas_reports(tmp_path, source, builds)):
+    plan = ptxas.builds(source)
+    for (archs, sm90_path), report in zip(plan, ptxas.reports(tmp_path, source, plan)):
         for arch in archs:
             assert f"for 'sm_{arch}'" in report, f"no ptxas report for sm_{arch}:\n{report[-2000:]}"
         kernels = re.findall(r"Compiling entry function '(\w+)'", report)
         assert any(gen.name in k for k in kernels), report[-2000:]
-        spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
-        stacks = re.findall(r"(\d+) bytes stack frame", report)
-        assert spills and all(s == ("0", "0") for s in spills), f"KGEN_SM90={sm90_path}:\n{report}"
-        assert all(s == "0" for s in stacks), f"KGEN_SM90={sm90_path}:\n{report}"
-        # ptxas's wgmma diagnostics: C7510-C7520 say it serialized the wgmmas (an operand defined or read while one
-        # is in flight) or injected its own waits and fences, silently costing the pipelining the template intends
-        wgmma_notes = [m.group(0) for m in re.finditer(r"\(C75[0-2]\d\)[^\n]*", report)]
-        assert not wgmma_notes, f"KGEN_SM90={sm90_path}: ptxas serialized wgmma:\n" + "\n".join(wgmma_notes)
+        assert re.findall(r"bytes spill stores", report), report[-2000:]
+        bad = ptxas.findings(report)
+        assert not bad, f"KGEN_SM90={sm90_path}:\n" + "\n".join(bad)
 
 
 # Max pools with large windows, whose forward that saves offsets spilled at its 128-register cap before the window

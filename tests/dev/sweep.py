@@ -9,8 +9,6 @@ Usage: python tests/dev/sweep.py [--n 12] [--seed 1] [--family NAME] [--path KEY
 
 import argparse
 import contextlib
-import re
-import subprocess
 import sys
 import tempfile
 import traceback
@@ -22,27 +20,23 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from kgen import emit  # noqa: E402
 from kgen.families import pool as pool_family  # noqa: E402
+from tests import ptxas  # noqa: E402
 from tests.families import random_problems  # noqa: E402
 from tests.helpers import write_problem  # noqa: E402
 from tests.test_static_rules import computes_in_float32, violations  # noqa: E402
 
 
 def compile_ok(gen):
+    """The compile tier's check of one kernel (tests/ptxas.py): sm_80 and sm_90, and its Hopper path where it has one
+    (sm_90a with wgmma), with no spill, stack frame or wgmma note of ptxas."""
     with tempfile.TemporaryDirectory() as d:
-        src = Path(d) / "k.cu"
-        src.write_text(gen.files["kernel.cu"])
-        r = subprocess.run(["nvcc", "-gencode=arch=compute_80,code=sm_80", "-gencode=arch=compute_90,code=sm_90",
-                            "-DKGEN_SM90=0", "-O3", "-std=c++17", "-c", "-Xptxas", "-v", str(src), "-o", str(Path(d) / "k.o")],
-                           capture_output=True, text=True)
-        # each spill line named by the kernel and arch of the "Compiling entry function" line above it
-        spills, entry = [], "?"
-        for ln in r.stderr.splitlines():
-            m = re.search(r"Compiling entry function '(\w+)' for '(sm_\d+)'", ln)
-            if m:
-                entry = f"{m.group(1)} ({m.group(2)})"
-            elif "spill" in ln and not ln.strip().startswith("0 bytes stack frame, 0 bytes spill"):
-                spills.append(f"{ln.strip()}  [{entry}]")
-        return r.returncode == 0 and not spills, (r.stderr[-1500:] if r.returncode else "\n".join(spills))
+        source = gen.files["kernel.cu"]
+        try:
+            reps = ptxas.reports(Path(d), source, ptxas.builds(source, ("80", "90")))
+        except AssertionError as e:  # nvcc failed: its message
+            return False, str(e)[-1500:]
+        bad = [f for r in reps for f in ptxas.findings(r)]
+        return not bad, "\n".join(bad)
 
 
 def pool_designs(gen) -> str:
