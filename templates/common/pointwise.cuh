@@ -39,8 +39,23 @@ KGEN_PW_FN float relu(float x) { return clamp_min(x, 0.0f); }
 KGEN_PW_FN float hardsigmoid(float x) { return clamp(x + 3.0f, 0.0f, 6.0f) * kOneSixth; }
 KGEN_PW_FN float hardswish(float x) { return x * clamp(x + 3.0f, 0.0f, 6.0f) * kOneSixth; }
 
-// gelu, exact: x/2 (1 + erf(x / sqrt 2)); its derivative cdf + x pdf.
-KGEN_PW_FN float gelu(float x) { return x * 0.5f * (1.0f + erff(x * kGeluAlpha)); }
+// gelu, exact: x/2 (1 + erf(x / sqrt 2)); its derivative cdf + x pdf. The forward's erf is Abramowitz & Stegun
+// 7.1.26 (|error| < 1.5e-7): for u = x / sqrt 2 and a = |u|, erfc(a) = t P(t) exp(-a^2) with t = 1 / (1 + p a), and
+// gelu = x (1 - erfc(a) / 2) for u >= 0, x erfc(a) / 2 below (no cancellation where gelu nears 0); NaN and
+// gelu(-inf) = NaN as PyTorch's. On the GPU with the fast exp and reciprocal: about 17 instructions instead of erff's
+// 30 (H200: erff was over half the instructions of the gelu -> global average forward's epilogue).
+KGEN_PW_FN float gelu(float x) {
+  const float u = x * kGeluAlpha, a = fabsf(u);
+#if defined(__CUDA_ARCH__)
+  const float t = __fdividef(1.0f, fmaf(0.3275911f, a, 1.0f)), e = __expf(-a * a);
+#else
+  const float t = 1.0f / fmaf(0.3275911f, a, 1.0f), e = expf(-a * a);
+#endif
+  const float poly = fmaf(t, fmaf(t, fmaf(t, fmaf(t, 1.061405429f, -1.453152027f), 1.421413741f), -0.284496736f),
+                          0.254829592f);
+  const float h = 0.5f * t * poly * e;  // erfc(a) / 2
+  return u >= 0.0f ? x * (1.0f - h) : x * h;
+}
 KGEN_PW_FN float gelu_vjp(float g, float x) {
   const float cdf = 0.5f * (1.0f + erff(x * kGeluAlpha));
   const float pdf = expf(-0.5f * x * x) * kGeluBeta;
