@@ -1,6 +1,7 @@
 // kgen pointwise helpers: the functions the expressions of kgen/pointwise.py's table call (kgen::pw::...).
 // float32 throughout, written as PyTorch's CUDA kernels compute each op (aten/src/ATen/native/cuda/Activation*.cu),
-// kinks and NaN handling included. No torch headers; host-compilable too (the CPU tests evaluate these with g++).
+// kinks and NaN handling included, except where a cheaper form says how close it stays (mish's and
+// gelu's forwards). No torch headers; host-compilable too (the CPU tests evaluate these with g++).
 #ifndef KGEN_POINTWISE_CUH
 #define KGEN_POINTWISE_CUH
 
