@@ -23,6 +23,7 @@ CUDA_INCLUDE = next((d / "include" for d in [Path(os.environ.get("CUDA_HOME", "/
                                              Path(NVCC or "/").resolve().parent.parent]
                      if (d / "include" / "cuda_runtime.h").exists()), None)
 
+
 def rendered():
     out = [(p.stem, emit.generate(p)) for p in sorted((REPO / "kgen" / "problems").glob("[!_]*.py"))]
     out += [(f"{fam}-{cid}", emit.generate(write_problem(src))) for fam, cid, src in all_cases()]

@@ -1179,6 +1179,7 @@ def test_a_folded_first_stage_takes_4x1_warps_from_one_chunk():
     assert not (narrow["FUSED_POOL"] or narrow["FUSED_REDUCE"] or narrow["FUSED_CREDUCE"])
     assert (narrow["HF"]["WARPS_N"], narrow["HF"]["THREADS"]) == (2, 256)
 
+
 def test_tf32_halo_accumulates_unflushed_up_to_noflush_k_max():
     """With TF32 allowed the halo forward / grad_x run their mma.sync on acc directly where the reduction (channels a
     group x taps) is at most NOFLUSH_K_MAX, and flush a `part` accumulator every chunk beyond it; the template reads

@@ -669,6 +669,12 @@ def halo_w_plan(spec: Spec, gz_is_gy: bool) -> dict | None:
                 NCH=ceil_div(cig, HALO_CC), TILES_H=ceil_div(s.HO, th), TILES_W=ceil_div(s.WO, tw), SMEM_BYTES=smem)
 
 
+def fold_stage_ld(halo: dict) -> int:
+    """A folded stage's staged channel in floats (its PLD): the CTA's TH x TW outputs plus EPI_PAD, which puts the four
+    column pairs of an mma fragment's stores in different banks (EPI_PAD's comment)."""
+    return halo["TH"] * halo["TW"] + EPI_PAD
+
+
 def fused_pool(spec: Spec, halo: dict | None, tile: dict) -> dict | None:
     """The halo forward with the first stage folded in, when that stage is avg / max pooling with the window equal to
     the stride, no padding or dilation, and no partial windows, whose windows fall inside a CTA's TH x TW tile: the
@@ -685,7 +691,7 @@ def fused_pool(spec: Spec, halo: dict | None, tile: dict) -> dict | None:
         return None
     if st.ceil_mode and (spec.HO % kh or spec.WO % kw):
         return None
-    pld = halo["TH"] * halo["TW"] + EPI_PAD  # a staged channel's floats (EPI_PAD's reason: the fragments' stores)
+    pld = fold_stage_ld(halo)
     ps = tile["BN"] * pld * 4  # the CTA's conv outputs, staged for pooling
     # the folded kernel unrolls one row of taps at a time with TF32 allowed: all of them spilled on sm_80 (its pooling
     # epilogue holds registers of its own)
@@ -718,7 +724,7 @@ def fused_reduce(spec: Spec, halo: dict | None, tile: dict, fma_fwd: dict | None
     lanes = tile["THREADS"] // tile["BN"]
     if tile["THREADS"] % tile["BN"] or lanes > 32 or lanes & (lanes - 1) or (halo["TH"] * halo["TW"]) % lanes:
         return None
-    pld = halo["TH"] * halo["TW"] + EPI_PAD  # a staged channel's floats, as fused_pool's
+    pld = fold_stage_ld(halo)
     ps = tile["BN"] * pld * 4  # the CTA's program outputs, staged for the reduction
     return dict(PASS=fold, NEUTRAL=FOLD_NEUTRAL[fold], MEAN=st.op == "mean", LANES=lanes,
                 TILES=halo["TILES_H"] * halo["TILES_W"], PLD=pld, SMEM_BYTES=max(halo["SMEM_BYTES"], ps),
