@@ -4,7 +4,8 @@ against PyTorch (tests/test_numerics.py's comparison; the conv families' outputs
 draw whose forward runs from halo tiles also in TF32 against float64 of TF32-rounded operands, at 1e-4).
 Pool draws are generated with the walk's size threshold lifted (walk_lifted), so their small 3-d windows that share a
 slice take the walking forward; the GPU summary counts them.
---path KEY keeps only the draws whose family's derive() has a truthy KEY (a kernel path, e.g. FMA_DX or HALO_DX).
+--path KEY keeps only the draws whose family's derive() has a truthy KEY (a kernel path, e.g. FMA_DX or HALO_DX;
+HALO.REG: a key of the HALO plan).
 Usage: python tests/dev/sweep.py [--n 12] [--seed 1] [--family NAME] [--path KEY] [--compile] [--gpu] [--jobs 12]"""
 
 import argparse
@@ -73,12 +74,16 @@ def other_seeds(src: str, lift: bool, seeds=(1, 2)) -> str:
 
 
 def takes(src: str, key: str):
-    """The draw's derive()[key] (a kernel path such as FMA_DX or HALO), None where its family has no derive()."""
+    """The draw's derive()[key] (a kernel path such as FMA_DX or HALO; a dotted key looks inside a plan, e.g.
+    HALO.REG), None where its family has no derive() or the draw has no such plan."""
     from kgen.problem import load_problem
     from kgen.spec import match
 
     fam, spec = match(load_problem(write_problem(src)))
-    return getattr(fam, "derive", lambda s: {})(spec).get(key)
+    v = getattr(fam, "derive", lambda s: {})(spec)
+    for part in key.split("."):
+        v = v.get(part) if isinstance(v, dict) else None
+    return v
 
 
 def main():
