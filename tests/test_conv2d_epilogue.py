@@ -145,6 +145,11 @@ _TABLE += [
 _TABLE += [
     ("halo_ci8_k5s2_gelu_global_avg_squeeze", 1, (3, 8, 37, 45), conv(8, 12, 5, stride=2),
      CONV_IN + ["x = F.gelu(x)", "x = F.adaptive_avg_pool2d(x, 1)", "return x.squeeze()"], [], {}),
+    # stride-2 columns staged split by phase (REG, PHS 2) from 16- and 8-byte copies, odd left offsets (LOFF 3, 1)
+    ("halo_ci8_k5s2_p1_w44_hardswish_maxpool2", 1, (2, 8, 37, 44), conv(8, 16, 5, stride=2, padding=1),
+     CONV_IN + ["x = F.hardswish(x)", "return F.max_pool2d(x, 2)"], [], {}),
+    ("halo_ci8_k3s2_p1_w38_relu_bias_c", 2, (2, 8, 30, 38), conv(8, 24, 3, stride=2, padding=1),
+     CONV_IN + ["x = torch.relu(x)", "return x + self.bias"], ["self.bias = nn.Parameter(torch.randn(24, 1, 1))"], {}),
     ("halo_ci16_amax_hw_keepdim_scale_c", 1, (2, 16, 23, 50), conv(16, 40, 3, padding=1),
      CONV_IN + ["x = torch.amax(x, dim=(-2, -1), keepdim=True)", "return x * self.scale"],
      ["self.scale = nn.Parameter(torch.rand(out_channels, 1, 1) + 0.5)"], {}),
@@ -1088,6 +1093,36 @@ def test_halo_copies_as_wide_as_the_rows_allow(cid, hv_fwd, hv_dx):
     assert ("aligned16(kgen_glue::check_input(x_in" in files["binding.cpp"]) is (hv_fwd > 1)
     assert "halo_input_aligned<HaloF>(x)" in files["kernel.cu"] and "halo_input_aligned<HaloD>(gzsrc)" in files["kernel.cu"]
     assert f"static constexpr int HV = {hv_fwd}," in files["kernel.cu"] and f"static constexpr int HV = {hv_dx}," in files["kernel.cu"]
+
+
+@pytest.mark.parametrize("cid,phs,hv,loff", [
+    ("halo_ci8_k5s2_p1_w44_hardswish_maxpool2", 2, 4, 3),
+    ("halo_ci8_k3s2_p1_w38_relu_bias_c", 2, 2, 1),
+    ("halo_ci8_k5s2_gelu_global_avg_squeeze", 2, 1, 0),
+    ("halo_ci8_small_tanh_maxpool", 1, 2, 0),              # stride 1: one buffer through registers, rows unsplit
+    ("halo_ci16_k5_onestage_relu_bias_c", 1, 4, 2),        # two chunks in one buffer: each through registers
+])
+def test_one_buffer_halo_staged_through_registers(cid, phs, hv, loff):
+    """A forward whose halo has one buffer stages it through registers (REG) in its single-pass TF32 instances,
+    RB HV-float groups a thread in each of NB batches covering every group of the staged rows exactly, and at stride 2
+    stores each row's even columns, then its odd ones (PHS = 2, HP floats each), so a fragment's loads read
+    consecutive floats. Double-buffered forwards and grad_x keep cp.async."""
+    d = fam.derive(_spec(CASE[cid]))
+    h = d["HALO"]
+    assert (h["STAGES"], h["REG"], h["PHS"], h["HV"], h["LOFF"]) == (1, True, phs, hv, loff)
+    assert h["HP"] * phs == h["HROW"] and h["HROW"] >= h["LOFF"] + h["HW"] and h["HCS"] % 32 == 8
+    groups, threads = h["CC"] * h["HH"] * (h["HROW"] // hv), d["HF"]["THREADS"]
+    assert (h["NB"] - 1) * h["RB"] * threads < groups <= h["NB"] * h["RB"] * threads
+    assert h["RB"] * (hv + 2) <= fam.REG_STAGE_REGS
+    if d["HALO_DX"] is not None:
+        assert not d["HALO_DX"]["REG"] and d["HALO_DX"]["PHS"] == 1
+    kernel = emit.generate(write_problem(CASE[cid])).files["kernel.cu"]
+    assert f"static constexpr int PHS = {phs}, HP = {h['HP']}, RB = {h['RB']}, NB = {h['NB']};" in kernel
+
+
+def test_double_buffered_halo_keeps_cp_async():
+    d = fam.derive(_spec(CASE["halo_ci16_w32_pad1_relu_bias_c"]))
+    assert d["HALO"]["STAGES"] == 2 and not d["HALO"]["REG"] and d["HALO"]["PHS"] == 1
 
 
 def test_halo_forward_takes_one_buffer_where_two_do_not_fit():

@@ -335,6 +335,10 @@ def gemm_tile(rows: int, cols: int, max_rows: int = 128, max_warps_n: int = 2) -
 
 HALO_SMEM_MAX = 96 * 1024  # the halo forward's shared memory (two stages): within every sm_80+ GPU's opt-in limit
 HALO_CC = 8  # input channels per halo chunk
+# The register-staged halo (REG): a thread loads RB groups of HV floats before it stores any, RB * (HV + 2) <= this
+# (each group's floats and its address): 48 floats (RB 12) took 130 registers in Conv2d(8->32, 5, s2)'s forward on
+# sm_90a, 3 CTAs an SM, 4% slower than RB 8; 32 one-float groups spilled 44 bytes on sm_80-90 (mma.sync)
+REG_STAGE_REGS = 48
 NOFLUSH_K_MAX = 2304  # the halo forward / grad_x with TF32 allowed: longest reduction accumulated without a flush
 # The TF32 main loops of grad_x from halo tiles and of the halo forward's staged training instance unroll all taps up to
 # this many (3x3), else one row of them, as the folded kernels do: unrolling all 25 of a 5x5 kernel spilled 28 bytes on
@@ -378,14 +382,32 @@ def _halo(cin: int, hin: int, win: int, cin_g: int, hout: int, wout: int, cout_g
     hv = next(v for v in (4, 2, 1) if win % v == 0 and (tw * stride[1]) % v == 0)
     loff = (-pad[1]) % hv
     hrow = ceil_div(loff + hw, hv) * hv
-    hcs = hh * hrow + (8 - hh * hrow % 32) % 32  # an A fragment: 4 channels x 8 positions, 32 distinct banks
     # one chunk: nothing to prefetch behind it, so no second buffer. Several chunks whose two buffers do not fit (large
     # kernels: a 5x5 kernel's weights for 64 out channels take 57 KB a chunk) load each chunk after the previous one's
     # mmas into one buffer; the SM's other CTAs cover the load. H200, TF32 allowed, Conv2d(16->64, 5, p2) on
     # 64x16x192x192: the im2col GEMM it replaces took 2.87 ms, eager 2.27
-    stage = (HALO_CC * hcs + k[0] * k[1] * HALO_CC * tile["BN"]) * 4  # weights in fragment order, unpadded
-    stages = 1 if cin_g == HALO_CC or 2 * stage > HALO_SMEM_MAX else 2
+    def stage_bytes(row: int) -> int:  # a chunk's staged input (channels HCS floats apart) and its weights
+        return (HALO_CC * (hh * row + (8 - hh * row % 32) % 32) + k[0] * k[1] * HALO_CC * tile["BN"]) * 4
+
+    stages = 1 if cin_g == HALO_CC or 2 * stage_bytes(hrow) > HALO_SMEM_MAX else 2
+    # REG: the single-pass TF32 instances stage a one-buffer halo through registers (load, round to TF32, store), not
+    # cp.async: nothing runs behind a lone buffer's copies, and it saves the separate rounding pass over shared memory
+    # and its barrier. Stride-2 columns are then stored split by phase (PHS = 2: a row's even columns, then its odd
+    # ones, HP floats each), so that a fragment's loads read consecutive floats: stride-2 loads from one row hit only
+    # even (or odd) banks, a 2-way conflict on every A load of every tap (Nsight: 37% of the shared wavefronts). H200,
+    # TF32, Conv2d(8->32, 5, s2) -> gelu -> global average, with the wgmma A loads two taps ahead: 0.499 -> 0.459 ms
+    # (-> relu: 0.468 -> 0.389); 3xTF32 instances keep cp.async (they lost 6% staged this way); grad_x (flip) too.
+    reg = not flip and stages == 1
+    phs = 2 if reg and stride[1] == 2 else 1
+    hrow += hrow % phs  # whole phases (only 4-byte copies can leave an odd row)
+    hp = hrow // phs
+    hcs = hh * hrow + (8 - hh * hrow % 32) % 32  # an A fragment: 4 channels x 8 positions, 32 distinct banks
+    stage = stage_bytes(hrow)  # weights in fragment order, unpadded
     smem = stages * stage
+    # the register staging's batches: RB groups (HV floats each) a thread loads before it stores any, NB batches
+    groups = HALO_CC * hh * (hrow // hv)
+    per_thread = ceil_div(groups, tile["THREADS"])
+    rb = min(per_thread, REG_STAGE_REGS // (hv + 2))
     if smem > HALO_SMEM_MAX:
         return None
     # FLUSH_TF32: with TF32 allowed, the mmas accumulate on acc directly unless the reduction is long. The tensor core
@@ -406,6 +428,7 @@ def _halo(cin: int, hin: int, win: int, cin_g: int, hout: int, wout: int, cout_g
     wg_n = tile["BN"] // tile["WARPS_N"] if wgmma else 0  # a warpgroup's n (a warp column's out channels)
     return dict(CIN=cin, HIN=hin, WIN=win, CING=cin_g, HOUT=hout, WOUT=wout, COUTG=cout_g, SH=stride[0], SW=stride[1],
                 PH=pad[0], PW=pad[1], FLIP=flip, TH=th, TW=tw, HH=hh, HW=hw, HV=hv, LOFF=loff, HROW=hrow, HCS=hcs, CC=HALO_CC,
+                REG=reg, PHS=phs, HP=hp, RB=rb, NB=ceil_div(per_thread, rb),
                 STAGES=stages, SMEM_BYTES=smem, FLUSH_TF32=flush,
                 TILES_H=ceil_div(hout, th), TILES_W=ceil_div(wout, tw), TAP_UNROLL=unroll,
                 WGMMA=wgmma, WGMMA_N=wg_n, WGMMA_REGS=wg_n // 2)
