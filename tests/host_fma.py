@@ -47,6 +47,7 @@ static std::vector<std::barrier<>*> g_warp_bars;  // one a warp of the running b
 inline void __syncthreads() { g_bar->arrive_and_wait(); }
 inline void __syncwarp(unsigned = 0xffffffffu) { g_warp_bars[threadIdx.x / 32]->arrive_and_wait(); }
 inline float4 make_float4(float a, float b, float c, float d) { return float4{a, b, c, d}; }
+inline float2 make_float2(float a, float b) { return float2{a, b}; }
 static float g_shfl[1024];  // a shuffle's exchange slots, one a thread of the running block
 inline float __shfl_xor_sync(unsigned, float v, int s) {
   const unsigned t = threadIdx.x;

@@ -227,10 +227,12 @@ def test_direct_kernels_are_pytorchs_on_the_cpu(tmp_path, cid, src):
 
 # The forward from halo tiles on the shim's emulated mma.sync (tests/host_fma.py): two chunks on 2 x 4 warps, groups
 # at stride 2, three chunks on 4 x 1 warps with dilation and a per-channel parameter, one chunk, 32 chunks (TF32's
-# flush), one staging buffer for 64 out channels. Inference's instance (no folded stage: those CASES fold a pool or
-# a reduction into the kernel, a different signature).
+# flush), one staging buffer for 64 out channels, stride-2 rows staged through registers split by column phase from
+# 8-byte copies at an odd left offset (TF32; 3xTF32 keeps cp.async). Inference's instance (no folded stage: those
+# CASES fold a pool or a reduction into the kernel, a different signature).
 HALO_FORWARD = ["halo_ci16_pad1_relu", "halo_groups2_k5_s2_p2_silu", "halo_ci24_k3x5_dil21_bias_c", "halo_lone_ci8_wo16",
-                "halo_ci256_k3_noflush_tanh", "halo_ci16_k5_onestage_relu_bias_c", "halo_trim_groups2_co96_silu_bias_c"]
+                "halo_ci256_k3_noflush_tanh", "halo_ci16_k5_onestage_relu_bias_c", "halo_trim_groups2_co96_silu_bias_c",
+                "halo_ci8_k3s2_p1_w38_relu_bias_c"]
 
 
 @pytest.mark.parametrize("tf32", [False, True], ids=["3xtf32", "tf32"])
