@@ -352,6 +352,12 @@ def tap_unroll(kh: int, kw: int) -> int:
     return kw if kh * kw > FULL_UNROLL_MAX else kh * kw
 
 
+def _bank_pad(floats: int, bank: int) -> int:
+    """A staged channel's floats: `floats` padded up to `bank` mod 32, so that a fragment's loads over 4 (or 8)
+    channels at once hit 32 distinct banks."""
+    return floats + (bank - floats % 32) % 32
+
+
 def _halo_window(positions: int, wout: int, k: tuple[int, int], stride: tuple[int, int], dil: tuple[int, int],
                  bank: int) -> tuple[int, int, int, int, int]:
     """A halo CTA's output block and the input it reads: TH x TW = positions output rows x columns (TW 32, 16 or 8 as
@@ -360,7 +366,7 @@ def _halo_window(positions: int, wout: int, k: tuple[int, int], stride: tuple[in
     tw = 32 if wout >= 28 else 16 if wout >= 12 else 8
     th = positions // tw
     hh, hw = (th - 1) * stride[0] + (k[0] - 1) * dil[0] + 1, (tw - 1) * stride[1] + (k[1] - 1) * dil[1] + 1
-    return th, tw, hh, hw, hh * hw + (bank - hh * hw % 32) % 32
+    return th, tw, hh, hw, _bank_pad(hh * hw, bank)
 
 
 def _halo(cin: int, hin: int, win: int, cin_g: int, hout: int, wout: int, cout_g: int, k: tuple[int, int],
@@ -387,7 +393,7 @@ def _halo(cin: int, hin: int, win: int, cin_g: int, hout: int, wout: int, cout_g
     # mmas into one buffer; the SM's other CTAs cover the load. H200, TF32 allowed, Conv2d(16->64, 5, p2) on
     # 64x16x192x192: the im2col GEMM it replaces took 2.87 ms, eager 2.27
     def stage_bytes(row: int) -> int:  # a chunk's staged input (channels HCS floats apart) and its weights
-        return (HALO_CC * (hh * row + (8 - hh * row % 32) % 32) + k[0] * k[1] * HALO_CC * tile["BN"]) * 4
+        return (HALO_CC * _bank_pad(hh * row, 8) + k[0] * k[1] * HALO_CC * tile["BN"]) * 4
 
     stages = 1 if cin_g == HALO_CC or 2 * stage_bytes(hrow) > HALO_SMEM_MAX else 2
     # REG: the single-pass TF32 instances stage a one-buffer halo through registers (load, round to TF32, store), not
@@ -401,7 +407,7 @@ def _halo(cin: int, hin: int, win: int, cin_g: int, hout: int, wout: int, cout_g
     phs = 2 if reg and stride[1] == 2 else 1
     hrow += hrow % phs  # whole phases (only 4-byte copies can leave an odd row)
     hp = hrow // phs
-    hcs = hh * hrow + (8 - hh * hrow % 32) % 32  # an A fragment: 4 channels x 8 positions, 32 distinct banks
+    hcs = _bank_pad(hh * hrow, 8)  # an A fragment: 4 channels x 8 positions, 32 distinct banks
     stage = stage_bytes(hrow)  # weights in fragment order, unpadded
     smem = stages * stage
     # the register staging's batches: RB groups (HV floats each) a thread loads before it stores any, NB batches
