@@ -226,6 +226,8 @@ def host_source(kernel_cu: str, which: str, d: dict, n: int, tf32: bool) -> str:
         assert k == 1, "the tile section's cp.async helpers moved: update the host run's cut"
         marker = "\n// ---------------- convolutions from halo tiles"  # absent where no halo convolution runs
         halo = section(kernel_cu, marker[1:], "// ----------------") if marker in kernel_cu else ""
+        wg = "\n// ---------------- wgmma (sm_90a)"  # its helpers (no-ops off sm_90a code), where a kernel has wgmma code
+        halo = (section(kernel_cu, wg[1:], "// ----------------") if wg in kernel_cu else "") + halo
         if which == "halo_grad_w":
             halo += section(kernel_cu, "// ---------------- backward: grad_w from halo tiles", "}  // namespace " + ns)
         halo, k = re.subn(r"extern __shared__ __align__\(16\) float (\w+)\[\];", r"float* \1 = g_dyn_smem;", halo)

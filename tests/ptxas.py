@@ -15,8 +15,8 @@ ARCHS = ("80", "86", "89", "90")
 
 def builds(source: str, archs: tuple[str, ...] = ARCHS) -> list[tuple[tuple[str, ...], int]]:
     """(archs, KGEN_SM90) builds of a kernel: `archs` with KGEN_SM90=0, and the Hopper path (KGEN_SM90=1) where the
-    kernel has one: for sm_90a (an H100 / H200 build's target) where it has wgmma code (its only use of KGEN_SM90),
-    else for sm_90."""
+    kernel has one: for sm_90a (an H100 / H200 build's target, compiled with KGEN_SM90A=1 as kgen builds it) where it
+    has wgmma code, else for sm_90."""
     hopper = ("90a",) if "wgmma" in source else ("90",)
     return [(archs, 0)] + ([(hopper, 1)] if "KGEN_SM90" in source else [])
 
@@ -29,7 +29,8 @@ def reports(workdir: Path, source: str, plan: list[tuple[tuple[str, ...], int]])
     procs = []
     for i, (archs, sm90_path) in enumerate(plan):
         gencode = [f"-gencode=arch=compute_{a},code=sm_{a}" for a in archs]
-        procs.append(subprocess.Popen([NVCC, "--threads", "0", *gencode, f"-DKGEN_SM90={sm90_path}", "-O3", "-std=c++17",
+        procs.append(subprocess.Popen([NVCC, "--threads", "0", *gencode, f"-DKGEN_SM90={sm90_path}",
+                                       f"-DKGEN_SM90A={int(sm90_path == 1 and archs == ('90a',))}", "-O3", "-std=c++17",
                                        "-c", "-Xptxas", "-v", str(src), "-o", str(Path(workdir) / f"k{i}.o")],
                                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
     out = []

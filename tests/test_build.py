@@ -27,10 +27,12 @@ def test_key_covers_sources_and_arch(no_arch_env):
 
 def test_force_sm80_changes_define_and_key(no_arch_env, monkeypatch):
     k = build.kgen_build_key("cu", "cpp", ["9.0"])
-    assert build.kgen_compile_flags(["9.0"]) == (["-O3", "-DKGEN_SM90=1"], ["-O3", "-lineinfo", "-DKGEN_SM90=1"])
+    assert build.kgen_compile_flags(["9.0"]) == (["-O3", "-DKGEN_SM90=1", "-DKGEN_SM90A=0"],
+                                                 ["-O3", "-lineinfo", "-DKGEN_SM90=1", "-DKGEN_SM90A=0"])
+    assert build.kgen_compile_flags(["9.0a"])[1][-2:] == ["-DKGEN_SM90=1", "-DKGEN_SM90A=1"]
     monkeypatch.setenv("KGEN_FORCE_SM80", "1")
-    assert not build.kgen_sm90_path(["9.0"])
-    assert build.kgen_compile_flags(["9.0"])[1][-1] == "-DKGEN_SM90=0"
+    assert not build.kgen_sm90_path(["9.0"]) and not build.kgen_wgmma_path(["9.0a"])
+    assert build.kgen_compile_flags(["9.0a"])[1][-2:] == ["-DKGEN_SM90=0", "-DKGEN_SM90A=0"]
     assert build.kgen_build_key("cu", "cpp", ["9.0"]) != k
 
 
@@ -38,6 +40,13 @@ def test_force_sm80_changes_define_and_key(no_arch_env, monkeypatch):
                                          (["8.0"], False), (["8.0", "9.0"], False), (["8.9+PTX"], False)])
 def test_sm90_path_needs_every_target_at_sm90(no_arch_env, archs, sm90):
     assert build.kgen_sm90_path(archs) is sm90
+
+
+@pytest.mark.parametrize("archs, wgmma", [(["9.0a"], True), (["9.0"], False), (["9.0", "9.0a"], False),
+                                          (["9.0a", "10.0"], False), (["9.0a+PTX"], True), (["8.0", "9.0a"], False)])
+def test_wgmma_path_needs_every_target_at_sm90a(no_arch_env, archs, wgmma):
+    """KGEN_SM90A: the host launches wgmma-only kernels only where every device image is sm_90a code."""
+    assert build.kgen_wgmma_path(archs) is wgmma
 
 
 def test_no_compile_flag_names_an_arch(no_arch_env):

@@ -283,6 +283,18 @@ _TABLE += [
     # a sweep's draw (seed 3301) whose TF32 grad_w on two m16 tiles a warp spilled 48 bytes on sm_90 at column stride 2
     ("halo_w_ci14_co53_s12_clamp_add_avgpool", 2, (2, 14, 36, 30), conv(14, 53, 3, stride=(1, 2)),
      CONV_IN + ["return F.avg_pool2d(x + torch.clamp(x, min=-1.0), 3, stride=1, count_include_pad=False)"], [], {}),
+    # grad_w on wgmma (HALO_WG): two out-channel tiles of 80 (160 out channels, 2 warpgroups); a 1x1 kernel's 40
+    # (channel, tap) rows on one warpgroup; a lone dilated 3x5 conv reading gy itself on 4 warpgroups; column stride 2
+    # with groups on 3; a dilated 3x3 with 100 out channels (a padded n of 104) and odd rows (one-float gz copies)
+    ("wgrad_wg_ci8_co160_relu", 1, (2, 8, 14, 36), conv(8, 160, 3), CONV_IN + ["return torch.relu(x)"], [], {}),
+    ("wgrad_wg_ci40_co112_k1_tanh_bias_c", 2, (3, 40, 9, 40), conv(40, 112, 1),
+     CONV_IN + ["return torch.tanh(x) + self.bias1"], ["self.bias1 = nn.Parameter(torch.randn(out_channels, 1, 1))"], {}),
+    ("wgrad_wg_lone_ci16_co128_k3x5_dil21", 0, (2, 16, 13, 24), conv(16, 128, (3, 5), dilation=(2, 1)), ["return self.conv(x)"],
+     [], {}),
+    ("wgrad_wg_g2_ci32_co192_s12_p1_silu", 1, (2, 32, 17, 34), conv(32, 192, 3, stride=(1, 2), padding=1, groups=2),
+     CONV_IN + ["return F.silu(x)"], [], {}),
+    ("wgrad_wg_ci8_co100_dil2_gelu_sub", 2, (3, 8, 15, 17), conv(8, 100, 3, dilation=2), CONV_IN + ["return F.gelu(x) - 0.25"],
+     [], {}),
     # a sweep's draw (seed 4101) whose direct grad_x (every tap of a 5 x 5 kernel unrolled) spilled 4 bytes on sm_80
     # and sm_90 at 4 blocks an SM (64 registers)
     ("direct_ci1_co72_k5_s2_d3_adaptive2_min_c", 1, (3, 1, 31, 17), conv(1, 72, 5, stride=2, padding=1, dilation=3, bias=False),
@@ -432,12 +444,14 @@ def _random_conv(rng: random.Random, halo: bool = False, few: bool = False) -> t
     elif halo:
         groups = rng.choice((1, 1, 2))
         ci, co = groups * rng.choice((8, 8, 16, 24, 32)), groups * rng.choice((8, 16, 24, 32, 40, 72))
+        if rng.random() < 0.3:  # wide groups: grad_w on wgmma (WG_COG_MIN), two out-channel tiles past 128
+            co = groups * rng.choice((96, 104, 128, 136, 160))
     elif rng.random() < 0.2:  # depthwise, channel multiplier 1..3
         ci = rng.randint(1, 24)
         groups, co = ci, ci * rng.randint(1, min(3, 72 // ci))
     elif rng.random() < 0.4:  # channels per group in multiples of 8, as most models have (the halo kernels' shapes)
         groups = rng.choice((1, 1, 1, 2, 4))
-        ci, co = groups * rng.choice((8, 16, 24)), groups * rng.choice((8, 16, 24, 32, 40))
+        ci, co = groups * rng.choice((8, 16, 24)), groups * rng.choice((8, 16, 24, 32, 40, 96, 128))
     else:
         groups = rng.choice((1, 1, 1, 2, 3, 4))
         ci, co = groups * rng.randint(1, 24 // groups), groups * rng.randint(1, 72 // groups)
@@ -868,6 +882,7 @@ def test_tf32_mode_matches_float64_of_tf32_rounded_operands(cid):
         y.backward(g)
     torch.testing.assert_close(y.double(), y64, atol=1e-4, rtol=1e-4)
     _check_grad_x_of_rounded(x, x64, y64, z64, g, rnd)
+    _check_grad_w_of_rounded(new, model, x64, y64, z64, g, rnd)
 
 
 def _float64_of_rounded(model, x, rnd):
@@ -894,6 +909,21 @@ def tf32_inference_check(source: str, seed: int = 0) -> None:
     with tf32_mode(True, every_pass=True), torch.no_grad():
         y = new(x)
     torch.testing.assert_close(y.double(), y64, atol=1e-4, rtol=1e-4)
+
+
+def _check_grad_w_of_rounded(new, model, x64, y64, z64, g, rnd):
+    """new's conv.weight.grad (from y.backward(g)) against float64's, which multiplies rnd(x) by rnd(dL/dz). The
+    kernel rounds dL/dz from its float32 value, the reference from float64's: a few terms of each sum over positions
+    land one TF32 ulp apart and move it by up to 2^-10 |x dL/dz| each (about 1e-3 absolute at these sizes, where the
+    gradient's entries are sums of hundreds of terms), so the check allows 1e-3 of the gradient's mean magnitude
+    besides 1e-3 relative: a wrong or missing term is of that magnitude itself."""
+    (g_conv,) = torch.autograd.grad(y64, z64, g.double(), retain_graph=True)
+    c = model.conv
+    w64 = rnd(c.weight.detach()).double().requires_grad_(True)
+    z = F.conv2d(x64.detach(), w64, None, c.stride, c.padding, c.dilation, c.groups)
+    (gw,) = torch.autograd.grad(z, w64, rnd(g_conv).double())
+    scale = max(float(gw.abs().mean()), 1.0)
+    torch.testing.assert_close(new.conv.weight.grad.double(), gw, atol=1e-3 * scale, rtol=1e-3)
 
 
 def _check_grad_x_of_rounded(x, x64, y64, z64, g, rnd):
@@ -960,6 +990,72 @@ def test_wgmma_forward_matches_float64_of_tf32_rounded_operands(cid):
     torch.testing.assert_close(y.double(), y64, atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(y_train.double(), y64, atol=1e-4, rtol=1e-4)
     _check_grad_x_of_rounded(x, x64, y64, z64, g, tf32_round)
+
+
+# CASES whose TF32 grad_w runs on wgmma in an sm_90a build (HALO_WG): one and two warpgroups, two out-channel tiles,
+# groups, strides, dilation, one-, two- and four-float gz copies, gz read from the incoming gradient.
+WGMMA_W_CASES = ["wgrad_wg_ci8_co160_relu", "wgrad_wg_ci40_co112_k1_tanh_bias_c", "wgrad_wg_lone_ci16_co128_k3x5_dil21",
+                 "wgrad_wg_g2_ci32_co192_s12_p1_silu", "wgrad_wg_ci8_co100_dil2_gelu_sub", "halo_ci64_ctas4_scale_min_c",
+                 "halo_ci64_ctas4_hardswish_maxpool2_mish"]
+
+
+def test_wgmma_grad_w_plan_and_render():
+    """CPU: grad_w takes wgmma wherever it runs from halo tiles with WG_COG_MIN or more out channels a group and two
+    stages fit WG_SMEM_MAX: m64 x BN x k8 TF32 wgmmas, BN the out-channel tile (a multiple of 8, at most 128), one
+    warpgroup per 64 (channel, tap) rows, as few row tiles as WG_WARPGROUPS_MAX allows; the host launches that kernel
+    only in KGEN_SM90A builds and only with TF32 allowed for grad_w, reading gz pre-rounded only where kgen's adjoint
+    kernel writes it."""
+    for cid in CASE:
+        d = fam.derive(_spec(CASE[cid]))
+        if d["HALO_W"] is not None and d["COG"] < fam.WG_COG_MIN:
+            assert d["HALO_WG"] is None, cid
+    for cid in WGMMA_W_CASES:
+        d = fam.derive(_spec(CASE[cid]))
+        w = d["HALO_WG"]
+        assert w is not None and d["HALO_W"] is not None, cid
+        cog, m64 = d["COG"], -(-d["KTOT"] // 64)
+        assert w["BN"] % 8 == 0 and w["BN"] <= fam.WG_BN_MAX and w["CT"] * w["BN"] >= cog > (w["CT"] - 1) * w["BN"], cid
+        assert w["JT"] == -(-m64 // fam.WG_WARPGROUPS_MAX) and w["JT"] * w["BM"] >= d["KTOT"] > (w["JT"] - 1) * w["BM"], cid
+        assert w["THREADS"] == 2 * w["BM"] and w["SMEM_BYTES"] <= fam.WG_SMEM_MAX
+        assert w["ROUNDS"] == ([True, False] if d["write_gz"] else [True])
+        kernel = emit.generate(write_problem(CASE[cid])).files["kernel.cu"]
+        assert f"wgmma.mma_async.sync.aligned.m64n{w['BN']}k8.f32.tf32.tf32 {{ %0, " in kernel, cid
+        launch = kernel.split("_backward(const float* gy")[1]
+        assert "#if KGEN_SM90A\n    if (tf32 & 2) {  // TF32 on wgmma" in launch
+        assert all(f"conv_grad_w_wg<{v}, {str(r).lower()}><<<" in launch for v in w["GZ_VECS"] for r in w["ROUNDS"])
+        assert ("epilogue_backward<<<" in launch) is d["write_gz"] or d["NRED"] > 0
+        assert ("const int round_gz = (tf32 & 2) && (gx == nullptr || (tf32 & 1)) ? 1 : 0;" in launch) is (
+            d["write_gz"] and d["HALO_DX"] is not None)
+    plans = [fam.derive(_spec(CASE[c]))["HALO_WG"] for c in WGMMA_W_CASES]
+    assert {w["BM"] for w in plans} == {64, 128, 192, 256} and any(w["CT"] > 1 for w in plans)
+    assert {v for w in plans for v in w["GZ_VECS"]} == {1, 2, 4}
+
+
+def tf32_grad_w_check(source: str, seed: int = 0) -> None:
+    """GPU: a training step with TF32 in every pass (grad_w on wgmma in an sm_90a build where the plan takes it,
+    mma.sync elsewhere): the weight gradient against float64 of TF32-rounded x and dL/dz (1e-3), and bit for bit the
+    same in a second run. tests/dev/sweep.py runs it on every random draw whose grad_w takes wgmma (HALO_WG)."""
+    model, new, shape = setup_problem(source, seed=seed)
+    torch.manual_seed(seed + 5)
+    x = torch.randn(shape, device="cuda", requires_grad=True)
+    x64, y64, z64 = _float64_of_rounded(model, x, tf32_round)
+    runs = []
+    with tf32_mode(True, every_pass=True):
+        for _ in range(2):
+            new.zero_grad(set_to_none=True)
+            y = new(x)
+            torch.manual_seed(seed + 7)
+            g = torch.randn_like(y)
+            y.backward(g)
+            runs.append(new.conv.weight.grad.clone())
+    assert torch.equal(runs[0], runs[1])
+    _check_grad_w_of_rounded(new, model, x64, y64, z64, g, tf32_round)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cid", WGMMA_W_CASES)
+def test_wgmma_grad_w_matches_float64_of_tf32_rounded_operands(cid):
+    tf32_grad_w_check(CASE[cid])
 
 
 BIG_REDUCTION = conv_epilogue_problem((4, 3, 66, 66), conv(3, 8, 3),
@@ -1055,7 +1151,12 @@ def test_grad_w_tf32_chains_stay_within_the_no_flush_bound(cid):
     spec = _spec(CASE[cid])
     assert hw["MI_TF32"] == (2 if hw["BM"] >= 32 and spec.SW == 1 else 1)
     launch = emit.generate(write_problem(CASE[cid])).files["kernel.cu"]
-    assert "splits = (tiles + hw::CHAIN_TILES - 1) / hw::CHAIN_TILES" in launch
+    assert "if (s < (tiles + chain - 1) / chain) s = (tiles + chain - 1) / chain;" in launch
+    assert "tile_splits(n * hw::TILES_H * hw::TILES_W, hw::COMBOS, hw::CHAIN_TILES, " in launch
+    wg = fam.derive(spec)["HALO_WG"]  # grad_w on wgmma: a thread's accumulator sums every position of its split's tiles
+    if wg is not None:
+        assert wg["CHAIN_TILES"] >= 1 and wg["CHAIN_TILES"] * wg["TH"] * wg["TW"] <= fam.NOFLUSH_K_MAX
+        assert "tile_splits(n * hwg::TILES_H * hwg::TILES_W, hwg::COMBOS, hwg::CHAIN_TILES, " in launch
 
 
 def test_grad_w_copies_gz_in_vectors_where_aligned():
@@ -1293,10 +1394,12 @@ def test_halo_forward_takes_a_misaligned_input():
 
 
 @pytest.mark.gpu
-def test_grad_w_takes_a_misaligned_incoming_gradient():
+@pytest.mark.parametrize("cid", ["halo_lone_ci8_wo16", "wgrad_wg_lone_ci16_co128_k3x5_dil21"])
+def test_grad_w_takes_a_misaligned_incoming_gradient(cid):
     """A lone conv's grad_w reads gy itself: one that starts 4 bytes past an aligned address takes the one-float
-    copies and gives the same bits as an aligned copy of it (TF32 off and allowed), within 1e-4 of PyTorch (off)."""
-    model, new, shape = setup_problem(CASE["halo_lone_ci8_wo16"])
+    copies and gives the same bits as an aligned copy of it (TF32 off and allowed; allowed on wgmma in an sm_90a build
+    for the second), within 1e-4 of PyTorch (off)."""
+    model, new, shape = setup_problem(CASE[cid])
     x = torch.randn(shape, device="cuda")
     y = model(x)
     g = torch.randn(y.numel() + 1, device="cuda")[1:].view(y.shape)

@@ -2,7 +2,7 @@
 
 Do not edit: regenerate with `kgen generate kgen/problems/conv2d_avgpool_sigmoid_sum.py` (a hand edit makes kgen refuse to overwrite
 this file without --force).
-kgen-checksum: 601b8b137044beeb710ddd2fa2323dd01ea59abc9fda450769257ebb913dca87
+kgen-checksum: f5d3b1a206311f03cb99428445730bbe68c24f32dafda139f1fff114b4b33cb2
 
 Family conv2d_avgpool_act_reduce; spec 52613d086abfd65f:
     CI = 8
@@ -84,11 +84,12 @@ not even as words inside strings.
 Target architectures: a set ``TORCH_CUDA_ARCH_LIST`` is left alone (torch's load_inline reads it and adds its own
 -gencode flags); unset (or "native"), kgen builds for the current GPU by giving nvcc explicit -gencode flags, which
 makes torch skip its own. Kernels pick their path with ``#if KGEN_SM90``: 1 when every target is sm_90 or newer
-and ``KGEN_FORCE_SM80`` is not "1", else 0 (the sm_80 path). A GPU below sm_80 is refused before any compile.
+and ``KGEN_FORCE_SM80`` is not "1", else 0 (the sm_80 path); ``KGEN_SM90A`` is 1 when, on top of that, every target
+is sm_90a (each device image has wgmma: host code may launch a kernel that exists only as wgmma code). A GPU below sm_80 is refused before any compile.
 
 Cache layout: the root is ``$KGEN_CACHE_DIR``, else ``$TORCH_EXTENSIONS_DIR/kgen``, else ``~/.cache/kgen``; it holds
 one folder per extension, named ``kgen_<family>_<sha8>`` where the hash covers the rendered sources, the compiler
-flags (the KGEN_SM90 define and the -gencode flags of the sorted target list included), the torch, CUDA and Python
+flags (the KGEN_SM90 and KGEN_SM90A defines and the -gencode flags of the sorted target list included), the torch, CUDA and Python
 versions. A build runs under an OS-level ``fcntl.flock`` (released when its file is closed or the builder dies,
 unlike torch's own lock file), and a finished build records the shared object's SHA-256 in ``kgen_manifest.txt``:
 a missing or mismatching manifest (an interrupted build, a truncated file) means rebuild, never load.
@@ -200,6 +201,14 @@ def kgen_sm90_path(archs=None):
     return all(kgen_arch_fields(a)[0] >= 9 for a in archs)
 
 
+def kgen_wgmma_path(archs=None):
+    """True when every target is sm_90a on the Hopper path (KGEN_SM90A=1): each device image then has wgmma, so the
+    host side may launch kernels that exist only as wgmma code. ``archs`` defaults to this process's targets."""
+    if archs is None:
+        archs = kgen_target_archs()
+    return kgen_sm90_path(archs) and all(kgen_arch_fields(a)[:3] == (9, 0, "a") for a in archs)
+
+
 def kgen_gencode_flags(archs):
     """nvcc's -gencode flags for the architectures, written as torch writes them (SASS, plus PTX for "+PTX")."""
     flags = []
@@ -215,8 +224,8 @@ def kgen_gencode_flags(archs):
 def kgen_compile_flags(archs):
     """(C++ flags, nvcc flags) without -gencode: the base flags plus the KGEN_SM90 path define. None of them may
     contain the text "arch": torch drops its own -gencode flags when one does."""
-    define = "-DKGEN_SM90=%d" % kgen_sm90_path(archs)
-    return list(KGEN_CXX_FLAGS) + [define], list(KGEN_NVCC_FLAGS) + [define]
+    defines = ["-DKGEN_SM90=%d" % kgen_sm90_path(archs), "-DKGEN_SM90A=%d" % kgen_wgmma_path(archs)]
+    return list(KGEN_CXX_FLAGS) + defines, list(KGEN_NVCC_FLAGS) + defines
 
 
 def kgen_arch_names(archs):

@@ -698,6 +698,58 @@ def halo_w_plan(spec: Spec, gz_is_gy: bool) -> dict | None:
                 NCH=ceil_div(cig, HALO_CC), TILES_H=ceil_div(s.HO, th), TILES_W=ceil_div(s.WO, tw), SMEM_BYTES=smem)
 
 
+# grad_w on wgmma (sm_90a builds, single-pass TF32): per output-position tile a CTA multiplies A = the input's im2col
+# columns (rows j = (input channel, tap) of grad_w's flattened KTOT, gathered from the staged halo into registers, as
+# the halo forward loads its A fragments) by B = gz (TP positions x BN out channels, staged by cp.async in wgmma's
+# canonical K-major layout and rounded to TF32 in place by the threads that copied it): D = grad_w^T's BM x BN block,
+# a warpgroup's m64 x BN x k8 wgmma a k step, accumulated over the split's tiles in registers (no cross-warp sum).
+# H200, TF32, torch.profiler over 5 steps (thirty-third session): with the mma.sync kernel the lone Conv2d(64->128,
+# (3, 5), dilation (2, 1)) on 16x64x200x160 spent 1.92 ms a step in grad_w against cuDNN's 0.81, the 64->128 block on
+# 128x64x128x128 3.37 ms against 2.03. A/B, step ms (eager 3.18 / 16.5 / 1.40 / 6.15): mma.sync 3.77 / 10.31 / 1.32 /
+# 3.61; this kernel with 2 warpgroups a CTA 3.31 / 11.50 / 1.51 / 4.40, 4: 3.02 / 10.61 / 1.38 / 4.15, without the
+# rounding pass over gz 3.05 / 10.30 / 1.33 / 4.22 (those four: the lone conv, the 64->128 block, a 64->128 block on
+# 64x64x64x64, Conv2d(32->64) -> relu + bias, where n = 64 wgmmas lose: WG_COG_MIN).
+WG_TP = 64  # positions a tile (k of a tile's GEMM): 2 x 32, so that two CTAs' stages fit an SM
+WG_BN_MAX = 128  # out channels a CTA (wgmma's n; 128 keeps B's shared-memory reads at half the tensor rate)
+WG_SMEM_MAX = 112 * 1024  # two stages, two CTAs an sm_90 SM (228 KB, 1 KB reserved a CTA)
+WG_WARPGROUPS_MAX = 4  # warpgroups (64 rows each) a CTA: 4 (1 CTA an SM) against 2 (2 CTAs): lone conv step 3.31 -> 3.02 ms
+WG_COG_MIN = 96  # out channels a group from which grad_w takes wgmma (below, n <= 64 wgmmas lost to mma.sync: B's reads)
+
+
+def halo_wg_plan(spec: Spec, halo_w: dict | None, gz_is_gy: bool) -> dict | None:
+    """grad_w on wgmma (the comment above): where grad_w runs from halo tiles (halo_w) and the plan's two operand
+    stages fit WG_SMEM_MAX. BM = 64 (one warpgroup) or 128 rows of the group's CIG * KK, BN out channels (a multiple of
+    8: CT tiles of equal width), a tile TH x TW = WG_TP output positions over CCM staged input channels (the most a
+    BM-row window of (channel, tap) rows touches), input rows HWS floats apart (8 mod 16) and channels HCS (24 mod 32):
+    a 3x3 kernel's A loads then hit 32 distinct banks. gz_is_gy: as halo_w_plan's (one float a copy beside GZV)."""
+    s = spec
+    cig, cog, kk = s.CI // s.G, s.CO // s.G, s.KH * s.KW
+    if halo_w is None or cog < WG_COG_MIN:
+        return None
+    # as few row tiles as WG_WARPGROUPS_MAX allows (each restages gz), their m64 tiles spread evenly over them
+    m64 = ceil_div(cig * kk, 64)
+    bm = 64 * ceil_div(m64, ceil_div(m64, WG_WARPGROUPS_MAX))
+    ct = ceil_div(cog, WG_BN_MAX)
+    bn = 8 * ceil_div(ceil_div(cog, ct), 8)
+    th, tw, hh, hw, _ = _halo_window(WG_TP, s.WO, (s.KH, s.KW), (s.SH, s.SW), (s.DH, s.DW), 8)
+    hws = hw + (8 - hw % 16) % 16  # 8 mod 16
+    hcs = _bank_pad(hh * hws, 24)
+    ccm = min(cig, (bm - 1) // kk + 2)
+    stage = bn * WG_TP + ccm * hcs
+    smem = 2 * stage * 4
+    if smem > WG_SMEM_MAX:
+        return None
+    # gz positions a cp.async copies: a copy stays in one row of the plane (WO) and of the tile (TW)
+    gzv = next(v for v in (4, 2, 1) if s.WO % v == 0 and tw % v == 0)
+    return dict(BM=bm, BN=bn, CT=ct, JT=ceil_div(cig * kk, bm), THREADS=2 * bm, TH=th, TW=tw, HH=hh, HW=hw, HWS=hws,
+                HCS=hcs, CCM=ccm, GZV=gzv, GZ_VECS=[gzv, 1] if gz_is_gy and gzv > 1 else [gzv],
+                # ROUNDS: the kernel rounds gz itself (gz is gy, or grad_x reads it unrounded), and, where kgen's
+                # adjoint kernel writes gz, also reads it pre-rounded (both gradients in TF32: ADJOINT_ROUNDS)
+                ROUNDS=[True] if gz_is_gy else [True, False],
+                CHAIN_TILES=max(1, NOFLUSH_K_MAX // WG_TP), TILES_H=ceil_div(s.HO, th), TILES_W=ceil_div(s.WO, tw),
+                SMEM_BYTES=smem, WGMMA_REGS=bn // 2)
+
+
 def fold_stage_ld(halo: dict) -> int:
     """A folded stage's staged channel in floats (its PLD): the CTA's TH x TW outputs plus EPI_PAD, which puts the four
     column pairs of an mma fragment's stores in different banks (EPI_PAD's comment)."""
@@ -1031,6 +1083,7 @@ def derive(spec: Spec) -> dict:
     fold = fold_pool_backward(s)
     write_gz = bool(s.program.live()) or fold is not None  # gz in kgen's workspace; else the backward reads gy
     halo_w = halo_w_plan(s, not write_gz)
+    halo_wg = halo_wg_plan(s, halo_w, not write_gz)
     fpool = fused_pool(s, halo, tiles["HF"])
     stages, first, nsaved = [], len(s.params), 1  # saved[0]: the conv's z
     for k, st in enumerate(s.stages, start=1):
@@ -1065,7 +1118,7 @@ def derive(spec: Spec) -> dict:
         red_outputs=red_outputs, TAB_MAX=TAB_MAX, DIRECT=direct(s),
         tap_tables=[dict(name="X", entries=tap_table(cig, s, max(BK, tiles["WG"]["BN"]))),
                     dict(name="Y", entries=[] if halo_dx or fma_dx else phase_table)],
-        HALO=halo, FMA_FWD=fma_fwd, HALO_DX=halo_dx, FMA_DX=fma_dx, HALO_W=halo_w, EPI_PAD=EPI_PAD,
+        HALO=halo, FMA_FWD=fma_fwd, HALO_DX=halo_dx, FMA_DX=fma_dx, HALO_W=halo_w, HALO_WG=halo_wg, EPI_PAD=EPI_PAD,
         HALO_FWD_SMEM=fwd_smem, EPI_STAGED=epi_staged, HALO_TF32_CTAS=tf32_ctas,
         HALO_TF32_CTAS_POOL_SAVE=min(tf32_ctas, HALO_TF32_CTAS_POOL_SAVE_MAX),
         EPI_TAP_UNROLL=tap_unroll(s.KH, s.KW),

@@ -1,7 +1,8 @@
 """Random in-scope problems for every registered family: render, check the generated module against KernelBench's
 static checker's rules (and nvcc-compile with --compile) here; on a GPU, also check forward and every gradient
 against PyTorch (tests/test_numerics.py's comparison; the conv families' outputs again with TF32 allowed, at 1e-2; a
-draw whose forward runs from halo tiles also in TF32 against float64 of TF32-rounded operands, at 1e-4).
+draw whose forward runs from halo tiles also in TF32 against float64 of TF32-rounded operands, at 1e-4, and one whose
+grad_w runs on wgmma its weight gradient in TF32 against float64 of TF32-rounded operands, at 1e-3).
 Pool draws are generated with the walk's size threshold lifted (walk_lifted), so their small 3-d windows that share a
 slice take the walking forward; the GPU summary counts them.
 --path KEY keeps only the draws whose family's derive() has a truthy KEY (a kernel path, e.g. FMA_DX or HALO_DX;
@@ -125,7 +126,7 @@ def main():
     if a.gpu:
         from tests import helpers
         from tests.device.prebuild import build
-        from tests.test_conv2d_epilogue import tf32_inference_check
+        from tests.test_conv2d_epilogue import tf32_grad_w_check, tf32_inference_check
         from tests.test_numerics import compare
 
         # build every extension in parallel first; the checks then load from the cache
@@ -134,7 +135,7 @@ def main():
             for name, secs, rc, err in ex.map(build, paths):
                 if rc:
                     print(f"BUILD FAIL {name}: {err[-1500:]}")
-        walks, designs, halo_tf32 = 0, Counter(), Counter()
+        walks, designs, halo_tf32, wg_tf32 = 0, Counter(), Counter(), 0
         for fam, src, gen, lift in gens:
             try:
                 with walk_lifted(lift):
@@ -145,6 +146,9 @@ def main():
                 if halo:  # the halo forward in TF32 (wgmma where it takes it) against TF32's own error model, at 1e-4
                     tf32_inference_check(src)
                     halo_tf32["wgmma" if halo["WGMMA"] else "mma.sync"] += 1
+                if fam == "conv2d_epilogue" and takes(src, "HALO_WG"):  # grad_w on wgmma in TF32, against float64
+                    tf32_grad_w_check(src)
+                    wg_tf32 += 1
                 walked = "WALK = 0," not in gen.files["kernel.cu"] and "constexpr int WALK =" in gen.files["kernel.cu"]
                 walks += walked
                 design = pool_designs(gen) if fam == pool_family.NAME else ""
@@ -157,7 +161,7 @@ def main():
                       "seed only is often a near-tie of a max: tests/dev/argmax_margin.py measures it; still counted)")
         print(f"sweep: {walks} of the GPU cases walk (pool 3-d windows sharing a slice)")
         print(f"sweep: halo forwards checked in TF32 against float64 of TF32-rounded operands: {halo_tf32['wgmma']} on wgmma "
-              f"(in an sm_90a build), {halo_tf32['mma.sync']} on mma.sync")
+              f"(in an sm_90a build), {halo_tf32['mma.sync']} on mma.sync; grad_w on wgmma (HALO_WG) checked so: {wg_tf32}")
         if designs:
             print("sweep: passing pool cases by (forward, backward) design: "
                   + ", ".join(f"{d} {n}" for d, n in sorted(designs.items()) if n))
