@@ -1033,8 +1033,9 @@ def test_wgmma_grad_w_plan_and_render():
 
 def tf32_grad_w_check(source: str, seed: int = 0) -> None:
     """GPU: a training step with TF32 in every pass (grad_w on wgmma in an sm_90a build where the plan takes it,
-    mma.sync elsewhere): the weight gradient against float64 of TF32-rounded x and dL/dz (1e-3), and bit for bit the
-    same in a second run. tests/dev/sweep.py runs it on every random draw whose grad_w takes wgmma (HALO_WG)."""
+    mma.sync elsewhere; gz then written rounded by the adjoint kernel, which grad_x's halo kernel reads without its
+    rounding pass): the weight gradient against float64 of TF32-rounded x and dL/dz (1e-3), bit for bit the same in a
+    second run, and the input gradient as _check_grad_x_of_rounded checks it. tests/dev/sweep.py runs it on every random draw whose grad_w takes wgmma (HALO_WG)."""
     model, new, shape = setup_problem(source, seed=seed)
     torch.manual_seed(seed + 5)
     x = torch.randn(shape, device="cuda", requires_grad=True)
@@ -1043,6 +1044,7 @@ def tf32_grad_w_check(source: str, seed: int = 0) -> None:
     with tf32_mode(True, every_pass=True):
         for _ in range(2):
             new.zero_grad(set_to_none=True)
+            x.grad = None
             y = new(x)
             torch.manual_seed(seed + 7)
             g = torch.randn_like(y)
@@ -1050,6 +1052,7 @@ def tf32_grad_w_check(source: str, seed: int = 0) -> None:
             runs.append(new.conv.weight.grad.clone())
     assert torch.equal(runs[0], runs[1])
     _check_grad_w_of_rounded(new, model, x64, y64, z64, g, tf32_round)
+    _check_grad_x_of_rounded(x, x64, y64, z64, g, tf32_round)  # grad_x too: it reads the same gz, pre-rounded there
 
 
 @pytest.mark.gpu
@@ -1155,7 +1158,7 @@ def test_grad_w_tf32_chains_stay_within_the_no_flush_bound(cid):
     assert "tile_splits(n * hw::TILES_H * hw::TILES_W, hw::COMBOS, hw::CHAIN_TILES, " in launch
     wg = fam.derive(spec)["HALO_WG"]  # grad_w on wgmma: a thread's accumulator sums every position of its split's tiles
     if wg is not None:
-        assert wg["CHAIN_TILES"] >= 1 and wg["CHAIN_TILES"] * wg["TH"] * wg["TW"] <= fam.NOFLUSH_K_MAX
+        assert wg["CHAIN_TILES"] >= 1 and wg["CHAIN_TILES"] * wg["TH"] * wg["TW"] <= fam.WG_CHAIN_MAX <= 4 * fam.NOFLUSH_K_MAX
         assert "tile_splits(n * hwg::TILES_H * hwg::TILES_W, hwg::COMBOS, hwg::CHAIN_TILES, " in launch
 
 

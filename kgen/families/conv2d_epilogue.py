@@ -714,6 +714,10 @@ WG_BN_MAX = 128  # out channels a CTA (wgmma's n; 128 keeps B's shared-memory re
 WG_SMEM_MAX = 112 * 1024  # two stages, two CTAs an sm_90 SM (228 KB, 1 KB reserved a CTA)
 WG_WARPGROUPS_MAX = 4  # warpgroups (64 rows each) a CTA: 4 (1 CTA an SM) against 2 (2 CTAs): lone conv step 3.31 -> 3.02 ms
 WG_COG_MIN = 96  # out channels a group from which grad_w takes wgmma (below, n <= 64 wgmmas lost to mma.sync: B's reads)
+# grad_w on wgmma: positions a split's chain on one accumulator covers. Gradients are held to TF32's 1e-3 (the forward
+# to 1e-4, NOFLUSH_K_MAX's bound): truncating each k step's sum, 4x as long a chain stays near 6e-5 relative, and the
+# splits (each writes a whole partial grad_w) are 4x fewer: the 64->128 block wrote 896 partials (264 MB)
+WG_CHAIN_MAX = 4 * NOFLUSH_K_MAX
 
 
 def halo_wg_plan(spec: Spec, halo_w: dict | None, gz_is_gy: bool) -> dict | None:
@@ -746,7 +750,7 @@ def halo_wg_plan(spec: Spec, halo_w: dict | None, gz_is_gy: bool) -> dict | None
                 # ROUNDS: the kernel rounds gz itself (gz is gy, or grad_x reads it unrounded), and, where kgen's
                 # adjoint kernel writes gz, also reads it pre-rounded (both gradients in TF32: ADJOINT_ROUNDS)
                 ROUNDS=[True] if gz_is_gy else [True, False],
-                CHAIN_TILES=max(1, NOFLUSH_K_MAX // WG_TP), TILES_H=ceil_div(s.HO, th), TILES_W=ceil_div(s.WO, tw),
+                CHAIN_TILES=max(1, WG_CHAIN_MAX // WG_TP), TILES_H=ceil_div(s.HO, th), TILES_W=ceil_div(s.WO, tw),
                 SMEM_BYTES=smem, WGMMA_REGS=bn // 2)
 
 
