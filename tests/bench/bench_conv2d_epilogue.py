@@ -4,6 +4,9 @@ allowed (PyTorch's default for convolutions), appending rows to a CSV.
 
 Usage (GPU): python tests/bench/bench_conv2d_epilogue.py [--quick] [--no-compile] [--per-call] [--mode off|tf32|both] [--blocks | --few]
              [--only NAME ...] [--csv docs/bench.csv]
+             [--random N [--seed S]]: N random in-scope problems (the family's test generator) at benchmark sizes
+             (random_benchmark_sources), then one summary line each: where kgen loses to eager on problems nobody
+             hand-picked.
 """
 
 from __future__ import annotations
@@ -12,6 +15,10 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import math  # noqa: E402
+import random  # noqa: E402
+import re  # noqa: E402
 
 from kgen import bench  # noqa: E402
 
@@ -80,6 +87,67 @@ def problem_sources(blocks: bool = False, few: bool = False) -> dict[str, str]:
     return {n: problem_source(*table[n]) for n in table}
 
 
+IMAGE_SIDES = (32, 64, 96, 128, 160, 192, 256)
+
+
+def benchmark_sized(source: str, rng: random.Random) -> str:
+    """A generated problem (tests/test_conv2d_epilogue.py's conv_epilogue_problem text) resized to a benchmark's size:
+    image sides from IMAGE_SIDES (never below the drawn ones, so every window still fits), channels of an ungrouped
+    conv scaled 1-4x half the time, and a batch that makes the input 8-400 MB (log-uniform)."""
+    def const(name: str) -> int:
+        return int(re.search(rf"^{name} = (\d+)$", source, re.M).group(1))
+
+    h, w = map(int, re.search(r"^height, width = (\d+), (\d+)$", source, re.M).groups())
+    h, w = max(h, rng.choice(IMAGE_SIDES)), max(w, rng.choice(IMAGE_SIDES))
+    ci, co = const("in_channels"), const("out_channels")
+    if "groups=" not in source.split("nn.Conv2d(", 1)[1].split("\n", 1)[0] and rng.random() < 0.5:
+        f = rng.choice((2, 4))
+        ci, co = ci * f, co * f
+    n = max(1, min(512, round(math.exp(rng.uniform(math.log(8e6), math.log(4e8))) / (4 * ci * h * w))))
+    for pattern, value in ((r"^batch_size = \d+$", f"batch_size = {n}"),
+                           (r"^height, width = \d+, \d+$", f"height, width = {h}, {w}"),
+                           (r"^in_channels = \d+$", f"in_channels = {ci}"), (r"^out_channels = \d+$", f"out_channels = {co}")):
+        source = re.sub(pattern, value, source, count=1, flags=re.M)
+    return source
+
+
+def random_benchmark_sources(n: int, seed: int) -> dict[str, str]:
+    """name -> problem text: n draws of the family's random in-scope generator at benchmark sizes (benchmark_sized),
+    each redrawn until PyTorch takes it (a drawn pooling window on a grown image may stop dividing evenly: fine; a
+    ceil_mode window may still not fit)."""
+    from tests.test_conv2d_epilogue import _random_case, _valid
+    rng = random.Random(f"bench:{seed}")
+    out = {}
+    while len(out) < n:
+        source = benchmark_sized(_random_case(rng)[0], rng)
+        if _valid(source):
+            out[f"r{seed}_{len(out)}"] = source
+    return out
+
+
+def describe(source: str) -> str:
+    """One line of a problem: its input shape, Conv2d and forward body."""
+    consts = dict(re.findall(r"^([\w, ]+) = (.+)$", source, re.M))
+    conv = re.search(r"self\.conv = nn\.Conv2d\(in_channels, out_channels, kernel_size(.*)\)$", source, re.M).group(1)
+    body = source.split("def forward(self, x):\n", 1)[1].split("\n\n", 1)[0]
+    lines = [ln.strip() for ln in body.splitlines()[1:]]
+    return (f"{consts['batch_size']}x{consts['in_channels']}x{consts['height, width'].replace(', ', 'x')} "
+            f"Conv2d({consts['in_channels']}->{consts['out_channels']}, {consts['kernel_size']}{conv}); " + "; ".join(lines))
+
+
+def summary_line(name: str, source: str, rows: list[dict] | str) -> tuple[float, str]:
+    """(the smallest of kgen's ratios to eager, one line): forward and step back-to-back, and the forward one call per
+    sample with autograd on (as KernelBench's harness times it); > 1: kgen faster. A failed draw: (0, its error)."""
+    if isinstance(rows, str):
+        return 0.0, f"  {name:<8} FAILED {rows}  | {describe(source)}"
+    by = {r["provider"]: r for r in rows}
+    e, k = by["eager"], by["kgen"]
+    r = (e["fwd_ms"] / k["fwd_ms"], e["fwd_grad_call_ms"] / k["fwd_grad_call_ms"], e["train_ms"] / k["train_ms"])
+    line = (f"  {name:<8} fwd {k['fwd_ms']:7.3f} ms {r[0]:5.2f}x  fwd(grad)/call {r[1]:5.2f}x  "
+            f"step {k['train_ms']:7.3f} ms {r[2]:5.2f}x  | {describe(source)}")
+    return min(x for x in r if x == x), line
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = bench.script_parser(__doc__)
     ap.add_argument("--mode", choices=("off", "tf32", "both"), default="both", help="TF32 off, allowed, or both")
@@ -87,9 +155,14 @@ def main(argv: list[str] | None = None) -> int:
                     help="time the KernelBench-style level-2 blocks (tests/test_conv2d_epilogue.py's BENCH_STYLE_BLOCKS) "
                          "instead of the issue's examples")
     ap.add_argument("--few", action="store_true", help="time the few-input-channel problems (FEW_CHANNELS) instead")
+    ap.add_argument("--random", type=int, default=0, metavar="N",
+                    help="time N random in-scope problems at benchmark sizes instead (random_benchmark_sources)")
+    ap.add_argument("--seed", type=int, default=1, help="the --random draws' seed")
     a = ap.parse_args(argv)
     warmup, reps = bench.samples(a.quick)
     modes = {"off": [False], "tf32": [True], "both": [False, True]}[a.mode]
+    if a.random:
+        return run_random(a, warmup, reps, modes)
     sources = problem_sources(a.blocks, a.few)
     unknown = sorted(set(a.only or ()) - set(sources))
     if unknown:
@@ -100,6 +173,29 @@ def main(argv: list[str] | None = None) -> int:
             bench.run(path, warmup=warmup, reps=reps, with_compile=not a.no_compile, per_call=a.per_call, csv=a.csv, tf32=tf32)
             print(flush=True)
     return 0
+
+
+def run_random(a, warmup: int, reps: int, modes: list[bool]) -> int:
+    """--random: every draw timed as the named problems are; a draw kgen fails on (refused, or outside the check's
+    tolerance) is reported and the rest still run. Exit status 1 if any failed."""
+    sources = random_benchmark_sources(a.random, a.seed)
+    paths = bench.write_problems("kgen_bench_rand_", sources, a.prebuild)
+    failed = False
+    for tf32 in modes:
+        results = []
+        for path in paths:
+            try:
+                rows = bench.run(path, warmup=warmup, reps=reps, with_compile=not a.no_compile, per_call=a.per_call,
+                                 csv=a.csv, tf32=tf32)
+            except Exception as exc:  # a benchmark sweep reports a failing draw and goes on
+                rows = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ''}"
+                failed = True
+            results.append(summary_line(path.stem, sources[path.stem], rows) + (path.stem,))
+            print(f"\n{results[-1][1]}\n", flush=True)
+        print(f"random problems, TF32 {'allowed' if tf32 else 'off'}: eager / kgen (> 1: kgen faster)")
+        print("\n".join(line for _, line, _ in results))
+        print("slowest (smallest ratio): " + ", ".join(f"{n} {x:.2f}x" for x, _, n in sorted(results)[:6]))
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
