@@ -306,6 +306,23 @@ _TABLE += [
      ['self.register_buffer("shift", torch.randn(1, out_channels, 1, 1) * 0.5)', "self.bias1 = nn.Parameter(torch.rand(1))"], {}),
 ]
 
+# Shapes of random benchmark draws (thirty-fourth session) that fell off the fast paths: input / out channels a group
+# not a multiple of 8 (the halo's last chunk padded with zeros: forward and grad_x), a dilated 5x5 kernel and a
+# stride-2 3x5 kernel whose grad_w halo (BM 32) and wgmma plan (fewer warpgroups) shrink to fit, and reductions that
+# keep the innermost dim (splits of the reduced range) or reduce everything (the finish a block an output)
+_TABLE += [
+    ("halo_pad_ci12_co20_k3_p1_leaky_relu", 1, (2, 12, 19, 37), conv(12, 20, 3, padding=1),
+     CONV_IN + ["return F.leaky_relu(x, 0.2)"], [], {}),
+    ("halo_pad_ci76_co46_k5_p3_dil3_exp_relu", 3, (1, 76, 30, 26), conv(76, 46, 5, padding=3, dilation=3),
+     CONV_IN + ["x = torch.clip(x, -0.5, 0.25)", "return F.relu(torch.exp(x))"], [], {}),
+    ("halo_wg_s2_co128_k3x5_p1_logsumexp_c_w", 3, (1, 64, 21, 40), conv(64, 128, (3, 5), stride=2, padding=1, bias=False),
+     CONV_IN + ["x = torch.maximum(x, torch.tensor(0.75)) * x", "return x.logsumexp((1, 3), keepdim=False).abs()"], [], {}),
+    ("reduce_keep_w_mean_ch_hardsigmoid", 1, (2, 16, 70, 21), conv(16, 32, 3, padding=1),
+     CONV_IN + ["x = F.hardsigmoid(x)", "return torch.mean(x, [1, 2], False)"], [], {}),
+    ("reduce_all_amax_wide_finish_add", 1, (2, 8, 66, 66), conv(8, 8, 3),
+     CONV_IN + ["return torch.amax(x + 0.75, dim=(0, 1, 2, 3), keepdim=True)"], [], {}),
+]
+
 CASES: list[tuple[str, str]] = [(cid, conv_epilogue_problem(shape, c, fwd, init, args))
                                 for cid, _, shape, c, fwd, init, args in _TABLE]
 CASE = dict(CASES)
@@ -1275,14 +1292,16 @@ def test_halo_grad_x_unrolls_all_taps_only_up_to_3x3(cid, dx_unroll):
     assert "conv_grad_x_halo" in emit.generate(write_problem(CASE[cid])).files["kernel.cu"]
 
 
-@pytest.mark.parametrize("co,stride,wide", [(64, 1, True), (24, 1, True), (16, 1, False), (64, 2, False)])
-def test_halo_grad_x_warps_own_every_in_channel_from_three_gz_chunks(co, stride, wide):
-    """grad_x from halo tiles (stride 1) over HALO_WIDE_MIN_CHUNKS or more chunks of gz channels runs on 4 x 1 warps,
-    each owning all BN in channels of 32 positions, as the halo forward; with fewer chunks, or the im2col grad_x
-    (stride 2), the 2 x 4 grid stays."""
-    src = conv_epilogue_problem((2, 64, 40, 44), conv(64, co, 3, stride=stride), CONV_IN + ["return torch.relu(x)"])
+@pytest.mark.parametrize("co,stride,dil,wide", [(64, 1, 1, True), (24, 1, 1, True), (16, 1, 1, False), (64, 2, 1, True),
+                                                (64, 2, 2, False)])
+def test_halo_grad_x_warps_own_every_in_channel_from_three_gz_chunks(co, stride, dil, wide):
+    """grad_x from halo tiles (every stride phase) over HALO_WIDE_MIN_CHUNKS or more chunks of gz channels runs on
+    4 x 1 warps, each owning all BN in channels of 32 positions, as the halo forward; with fewer chunks, or the im2col
+    grad_x (stride 2 with dilation 2: odd rows reached by no tap), the 2 x 4 grid stays."""
+    src = conv_epilogue_problem((2, 64, 40, 44), conv(64, co, 3, stride=stride, dilation=dil), CONV_IN + ["return torch.relu(x)"])
     d = fam.derive(_spec(src))
-    assert (d["HALO_DX"] is not None) is (stride == 1)
+    assert (d["HALO_DX"] is not None) is (dil == 1)
+    assert d["HALO_DX"] is None or len(d["HALO_DX"]["PHASES"]) == stride * stride
     assert (d["D"]["WARPS_M"], d["D"]["WARPS_N"], d["D"]["BN"]) == ((4, 1, 64) if wide else (4, 2, 64))
     kernel = emit.generate(write_problem(src)).files["kernel.cu"]
     assert f"using TileD = Tile<128, 64, 4, {1 if wide else 2}," in kernel
@@ -1498,14 +1517,15 @@ def test_a_reduction_over_hw_keeps_a_power_of_two_halo_tile():
 
 def test_reductions_not_over_channels_alone_are_not_folded_as_one():
     """Only dims (1,) (or -3) take the channel fold; with the batch or spatial dims too, or without a halo forward
-    (6 input channels), the stage keeps its own kernel."""
+    (a 1x1 kernel at stride 2), the stage keeps its own kernel."""
     base = CASE["creduce_ci8_co80_amax_c_tanh"]
     assert fam.derive(_spec(base))["FUSED_CREDUCE"] is not None
     for dims in ("(1, 2)", "(1, 2, 3)", "0", "2"):
         src = base.replace("dim=-3", f"dim={dims}")
         assert fam.derive(_spec(src))["FUSED_CREDUCE"] is None, dims
-    src = conv_epilogue_problem((2, 6, 20, 19), conv(6, 12, 3), CONV_IN + ["return x.sum(dim=1)"])
-    assert fam.derive(_spec(src))["FUSED_CREDUCE"] is None
+    src = conv_epilogue_problem((2, 12, 20, 19), conv(12, 12, 1, stride=2), CONV_IN + ["return x.sum(dim=1)"])
+    d = fam.derive(_spec(src))
+    assert d["HALO"] is None and d["FMA_FWD"] is None and d["FUSED_CREDUCE"] is None
 
 
 def test_random_draws_reach_the_folded_first_stages():
@@ -1524,8 +1544,9 @@ def test_random_draws_reach_the_folded_first_stages():
 def test_reductions_not_over_exactly_hw_are_not_folded():
     for cid in ("maxpool_dilated_ceil_amax_hw_relu", "halo_ci8_maxpool_ceil_even_sum"):
         assert fam.derive(_spec(CASE[cid]))["FUSED_REDUCE"] is None, cid  # pooling first
-    src = conv_epilogue_problem((2, 6, 20, 19), conv(6, 12, 3), CONV_IN + ["return x.mean(dim=(2, 3))"])
-    assert fam.derive(_spec(src))["FUSED_REDUCE"] is None  # 6 input channels: neither the halo forward nor FMAs
+    src = conv_epilogue_problem((2, 12, 20, 19), conv(12, 12, 1, stride=2), CONV_IN + ["return x.mean(dim=(2, 3))"])
+    d = fam.derive(_spec(src))  # a 1x1 kernel at stride 2, 12 input channels: neither the halo forward nor FMAs
+    assert d["HALO"] is None and d["FMA_FWD"] is None and d["FUSED_REDUCE"] is None
     src = CASE["halo_groups2_relu_sum_hw"].replace("x.sum(dim=[2, 3])", "x.sum(dim=[1, 2, 3])")
     assert fam.derive(_spec(src))["FUSED_REDUCE"] is None
 
@@ -1586,6 +1607,62 @@ def test_grad_x_from_halo_tiles_is_the_convolution_of_gz_with_flipped_weights(ci
     torch.testing.assert_close(gx, x.grad)
 
 
+def _phase_grad_x(plan: dict, gz: torch.Tensor, w: torch.Tensor, spec) -> torch.Tensor:
+    """grad_x as the template computes it from halo_dx_plan's phases, on the CPU: phase output (i, j) at grad_x's
+    (OH0 + OSH*i, OW0 + OSW*j) sums, over flipped taps (u, v) and the group's gz channels, gz at (i - PH + u*DH,
+    j - PW + v*DW) (zero outside) times w's (KH0 + KSH*(KH-1-u), KW0 + KSW*(KW-1-v)), in / out channels swapped."""
+    s, g = spec, spec.G
+    n, cog, cig = gz.shape[0], s.CO // g, s.CI // g
+    gx = torch.zeros(n, s.CI, s.H, s.W, dtype=gz.dtype)
+    big = 64
+    gzp = F.pad(gz, (big, big, big, big))
+    for ph in plan["PHASES"]:
+        out = torch.zeros(n, s.CI, ph["HOUT"], ph["WOUT"], dtype=gz.dtype)
+        for u in range(ph["KH"]):
+            for v in range(ph["KW"]):
+                r0, c0 = big - ph["PH"] + u * ph["DH"], big - ph["PW"] + v * ph["DW"]
+                win = gzp[:, :, r0:r0 + ph["HOUT"], c0:c0 + ph["WOUT"]]
+                kh, kw = ph["KH0"] + ph["KSH"] * (ph["KH"] - 1 - u), ph["KW0"] + ph["KSW"] * (ph["KW"] - 1 - v)
+                for gi in range(g):
+                    wt = w[gi * cog:(gi + 1) * cog, :, kh, kw]  # (cog, cig)
+                    out[:, gi * cig:(gi + 1) * cig] += torch.einsum("nohw,oc->nchw", win[:, gi * cog:(gi + 1) * cog], wt)
+        rows = range(ph["OH0"], ph["OH0"] + ph["OSH"] * ph["HOUT"], ph["OSH"])
+        cols = range(ph["OW0"], ph["OW0"] + ph["OSW"] * ph["WOUT"], ph["OSW"])
+        assert rows[-1] < s.H and cols[-1] < s.W and (ph["OH0"] + ph["OSH"] * ph["HOUT"] >= s.H)
+        gx[:, :, ph["OH0"]::ph["OSH"], ph["OW0"]::ph["OSW"]] = out
+    return gx
+
+
+@pytest.mark.parametrize("shape,kw", [((2, 16, 21, 40), dict(kernel_size=(3, 5), stride=2, padding=1)),
+                                      ((1, 8, 19, 23), dict(kernel_size=3, stride=2)),
+                                      ((2, 16, 20, 17), dict(kernel_size=5, stride=(2, 3), padding=(2, 1), dilation=(1, 2))),
+                                      ((1, 12, 17, 18), dict(kernel_size=4, stride=3, padding=2, groups=2)),
+                                      ((1, 8, 23, 22), dict(kernel_size=(3, 2), stride=(1, 2), dilation=(3, 1)))])
+def test_strided_grad_x_phases_from_halo_tiles_give_pytorchs_grad_x(shape, kw):
+    """halo_dx_plan at strides > 1: one flipped stride-1 halo convolution of gz a stride phase (_dx_axis's taps,
+    dilation and padding, the weight map and the output placement) gives PyTorch's grad_x, in float64 on the CPU; the
+    phases cover every row and column of grad_x once."""
+    kw = dict(kw)
+    src = conv_epilogue_problem(shape, conv(shape[1], 24, kw.pop("kernel_size"), **kw), CONV_IN + ["return torch.relu(x)"])
+    spec = _spec(src)
+    plan = fam.derive(spec)["HALO_DX"]
+    assert plan is not None and len(plan["PHASES"]) == len(fam.stride_phases(spec)) == spec.SH * spec.SW
+    s, g = spec, spec.G
+    torch.manual_seed(0)
+    x = torch.randn(2, s.CI, s.H, s.W, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(s.CO, s.CI // g, s.KH, s.KW, dtype=torch.float64)
+    y = F.conv2d(F.pad(x, (s.PW, s.PW_END, s.PH, s.PH_END)), w, stride=(s.SH, s.SW), dilation=(s.DH, s.DW), groups=g)
+    gz = torch.randn_like(y)
+    y.backward(gz)
+    torch.testing.assert_close(_phase_grad_x(plan, gz, w, spec), x.grad)
+
+
+def test_strided_grad_x_keeps_the_gemm_where_a_phase_has_no_taps():
+    """Dilation 2 at stride 2: odd rows are reached by no tap (their grad_x is zero), so the im2col phases stay."""
+    spec = _spec(conv_epilogue_problem((1, 8, 21, 22), conv(8, 16, 3, stride=2, dilation=2), CONV_IN + ["return torch.relu(x)"]))
+    assert fam.derive(spec)["HALO_DX"] is None and fam._dx_axis(1, 3, 2, 2, 0) is None
+
+
 @pytest.mark.parametrize("cid", ["relu", "halo_groups2_k5_s2_p2_silu", "dilation2_stride2_softplus", "maxpool2_mish"])
 def test_backward_kernels_are_chosen_by_shape(cid):
     """grad_x on FMAs for groups of at most 4 input channels, else from halo tiles only at stride 1 with out channels
@@ -1595,7 +1672,9 @@ def test_backward_kernels_are_chosen_by_shape(cid):
     d = fam.derive(spec)
     few = spec.CI // spec.G <= fam.FMA_DX_CIG_MAX and not d["DIRECT"]  # grad_x on FMAs (fma_dx_plan)
     assert (d["FMA_DX"] is not None) == few
-    assert (d["HALO_DX"] is not None) == ((spec.SH, spec.SW) == (1, 1) and (spec.CO // spec.G) % 8 == 0 and not few)
+    reached = all(fam._dx_axis(rh, spec.KH, spec.SH, spec.DH, spec.PH) and fam._dx_axis(rw, spec.KW, spec.SW, spec.DW, spec.PW)
+                  for rh, rw, *_ in fam.stride_phases(spec))  # every stride phase reached by some tap
+    assert (d["HALO_DX"] is not None) == (reached and fam.halo_channels_ok(spec.CO // spec.G) and not few)
     assert (d["HALO_W"] is not None) == (spec.SH <= spec.KH and spec.SW <= spec.KW)
     assert (d["FOLD_POOL_BWD"] is not None) == bool(spec.stages and spec.stages[0].kind == "pool")
     if d["FOLD_POOL_BWD"]:

@@ -335,6 +335,23 @@ def gemm_tile(rows: int, cols: int, max_rows: int = 128, max_warps_n: int = 2) -
 
 HALO_SMEM_MAX = 96 * 1024  # the halo forward's shared memory (two stages): within every sm_80+ GPU's opt-in limit
 HALO_CC = 8  # input channels per halo chunk
+# A halo convolution's input channels a group that are not a multiple of HALO_CC: its last chunk is staged with zeros
+# past them (HaloF::CPAD), from this many channels on (at most 3/8 of a lone chunk padding); fewer keep the im2col GEMM
+# or the FMA forward (fma_fwd_plan: CIG <= 4). H200, TF32, random benchmark draws (thirty-fourth session), forward on
+# the im2col GEMM: Conv2d(76->176, 5, p3, dil 3) on 23x76x160x96 4.94 ms against cuDNN's 1.12; grad_x of Conv2d(48->46,
+# 5, p1, dil 3) 2.72 against 0.58
+HALO_PAD_MIN_CHANNELS = 5
+
+
+def halo_chunks(channels: int) -> int:
+    """HALO_CC-channel chunks a halo convolution reads for `channels` input channels a group (the last one padded)."""
+    return ceil_div(channels, HALO_CC)
+
+
+def halo_channels_ok(channels: int) -> bool:
+    """Does a halo convolution take this many input channels a group: a multiple of HALO_CC, or HALO_PAD_MIN_CHANNELS
+    or more (the last chunk padded with zeros)?"""
+    return channels % HALO_CC == 0 or channels >= HALO_PAD_MIN_CHANNELS
 # The register-staged halo (REG): a thread loads RB groups of HV floats before it stores any, RB * (HV + 2) <= this
 # (each group's floats and its address): 48 floats (RB 12) took 130 registers in Conv2d(8->32, 5, s2)'s forward on
 # sm_90a, 3 CTAs an SM, 4% slower than RB 8; 32 one-float groups spilled 44 bytes on sm_80-90 (mma.sync)
@@ -370,14 +387,17 @@ def _halo_window(positions: int, wout: int, k: tuple[int, int], stride: tuple[in
 
 
 def _halo(cin: int, hin: int, win: int, cin_g: int, hout: int, wout: int, cout_g: int, k: tuple[int, int],
-          stride: tuple[int, int], pad: tuple[int, int], dil: tuple[int, int], tile: dict, flip: bool) -> dict | None:
+          stride: tuple[int, int], pad: tuple[int, int], dil: tuple[int, int], tile: dict, flip: bool,
+          phase: tuple[int, int, int, int, int, int, int, int] = (0, 1, 0, 1, 0, 1, 0, 1)) -> dict | None:
     """A convolution from halo tiles: input (n, cin, hin, win) in groups of cin_g channels, output (n, ., hout, wout)
     in groups of cout_g, kernel k, stride, top / left padding pad (negative: the first output reads from row -pad on),
     dilation; flip: weight tap (kh, kw) is w's (KH-1-kh, KW-1-kw) with its in / out channels swapped (grad_x as a
-    convolution of gz). A CTA computes TH x TW output positions of one image; per chunk of HALO_CC input channels it
+    convolution of gz; `phase`: grad_x's stride phase, below). A CTA computes TH x TW output positions of one image; per chunk of HALO_CC input channels it
     stages the input rows / columns they read and the chunk's weights, double-buffered unless there is one chunk
-    (cin_g == HALO_CC: a 5x5 kernel on 8 channels then fits) or two buffers would not fit. None when one would not
-    fit HALO_SMEM_MAX."""
+    (cin_g <= HALO_CC: a 5x5 kernel on 8 channels then fits) or two buffers would not fit. None when one would not
+    fit HALO_SMEM_MAX. phase = (KH0, KSH, KW0, KSW, OH0, OSH, OW0, OSW): flipped tap (u, v) is w's (KH0 + KSH *
+    (k[0]-1-u), KW0 + KSW * (k[1]-1-v)) and output (i, j) lands on (OH0 + OSH * i, OW0 + OSW * j) (halo_dx_plan;
+    identity for the forward and at stride 1)."""
     th, tw, hh, hw, _ = _halo_window(tile["BM"], wout, k, stride, dil, 8)
     # 16-byte halo copies where every input row starts 16-byte aligned (win % 4 == 0), else 8-byte ones where rows start
     # 8-byte aligned (win % 2 == 0: grad_x of every unpadded odd kernel on an even-width image reads 2 mod 4 wide rows):
@@ -395,7 +415,7 @@ def _halo(cin: int, hin: int, win: int, cin_g: int, hout: int, wout: int, cout_g
     def stage_bytes(row: int) -> int:  # a chunk's staged input (channels HCS floats apart) and its weights
         return (HALO_CC * _bank_pad(hh * row, 8) + k[0] * k[1] * HALO_CC * tile["BN"]) * 4
 
-    stages = 1 if cin_g == HALO_CC or 2 * stage_bytes(hrow) > HALO_SMEM_MAX else 2
+    stages = 1 if cin_g <= HALO_CC or 2 * stage_bytes(hrow) > HALO_SMEM_MAX else 2
     # REG: the single-pass TF32 instances stage a one-buffer halo through registers (load, round to TF32, store), not
     # cp.async: nothing runs behind a lone buffer's copies, and it saves the separate rounding pass over shared memory
     # and its barrier. Stride-2 columns are then stored split by phase (PHS = 2: a row's even columns, then its odd
@@ -432,8 +452,10 @@ def _halo(cin: int, hin: int, win: int, cin_g: int, hout: int, wout: int, cout_g
     # accumulators of a flushed chain would need twice the registers, and grad_x (flip) keeps mma.sync
     wgmma = not flip and not flush and wgmma_tile_ok(tile)
     wg_n = tile["BN"] // tile["WARPS_N"] if wgmma else 0  # a warpgroup's n (a warp column's out channels)
+    kh0, ksh, kw0, ksw, oh0, osh, ow0, osw = phase
     return dict(CIN=cin, HIN=hin, WIN=win, CING=cin_g, HOUT=hout, WOUT=wout, COUTG=cout_g, SH=stride[0], SW=stride[1],
-                PH=pad[0], PW=pad[1], FLIP=flip, TH=th, TW=tw, HH=hh, HW=hw, HV=hv, LOFF=loff, HROW=hrow, HCS=hcs, CC=HALO_CC,
+                PH=pad[0], PW=pad[1], FLIP=flip, KH=k[0], KW=k[1], DH=dil[0], DW=dil[1],
+                KH0=kh0, KSH=ksh, KW0=kw0, KSW=ksw, OH0=oh0, OSH=osh, OW0=ow0, OSW=osw, TH=th, TW=tw, HH=hh, HW=hw, HV=hv, LOFF=loff, HROW=hrow, HCS=hcs, CC=HALO_CC,
                 REG=reg, PHS=phs, HP=hp, RB=rb, NB=ceil_div(per_thread, rb),
                 STAGES=stages, SMEM_BYTES=smem, FLUSH_TF32=flush,
                 TILES_H=ceil_div(hout, th), TILES_W=ceil_div(wout, tw), TAP_UNROLL=unroll,
@@ -486,6 +508,10 @@ EPI_PAD = 4
 # The 3xTF32 instances keep 2 (196 registers; at 3 CTAs the TF32-off forwards moved -3% .. +2%).
 HALO_TF32_CTAS = 4
 HALO_TF32_CTAS_MIN_CHUNKS = 8
+# ... and only up to this many taps unrolled (the blocks measured were 3x3): a stride-2 3x5 kernel's 15 unrolled taps
+# (Conv2d(64->128, (3, 5), stride=2, padding=1); a random benchmark draw's shape) spilled 64-140 bytes on sm_90 at 128
+# registers
+HALO_TF32_CTAS_MAX_TAPS = 9
 HALO_TF32_CTAS_POOL_SAVE_MAX = 3  # the folded pool's training instance: its saved winners spilled 8 bytes at 128 registers
 SM90_SMEM_PER_SM = 228 * 1024  # an sm_90 SM's shared memory; each resident CTA also reserves 1 KB of it
 
@@ -495,7 +521,8 @@ def halo_tf32_ctas(halo: dict | None, tile: dict, fwd_smem: int, folds: tuple) -
     shared memory of its instances (fwd_smem: operand stages or the staged epilogue, halo_fwd_smem; the folded stage
     of `folds`, the fused pool / reduce plans with the halo forward) decides whether they fit; 2 elsewhere, as the
     3xTF32 instances."""
-    if halo is None or tile["THREADS"] != 128 or halo["FLUSH_TF32"] or halo["CING"] // HALO_CC < HALO_TF32_CTAS_MIN_CHUNKS:
+    if (halo is None or tile["THREADS"] != 128 or halo["FLUSH_TF32"] or halo_chunks(halo["CING"]) < HALO_TF32_CTAS_MIN_CHUNKS
+            or halo["TAP_UNROLL"] > HALO_TF32_CTAS_MAX_TAPS):
         return 2
     smem = max([fwd_smem] + [f["SMEM_BYTES"] for f in folds if f])
     return HALO_TF32_CTAS if HALO_TF32_CTAS * (smem + 1024) <= SM90_SMEM_PER_SM else 2
@@ -526,7 +553,7 @@ def halo_tile(spec: Spec, wide: bool = False) -> dict:
     chunk gained 3-10%: a candidate once the 2-chunk loss is understood). Out channels that are not a power of two
     take a trimmed tile (trim_halo_n). wide: 4 x 1 warps whatever the chunks (halo_fold_tile)."""
     cols = spec.CO // spec.G
-    tile = halo_warp_tile(cols, spec.CI // spec.G // HALO_CC, wide)
+    tile = halo_warp_tile(cols, halo_chunks(spec.CI // spec.G), wide)
     st = spec.stages[0] if spec.stages else None
     if st is not None and st.kind == "reduce" and tuple(st.dims) == (2, 3):  # the (H, W) fold: BN lanes a power of two
         return tile
@@ -583,7 +610,7 @@ FMA_FWD_SMEM_FLOATS = 12288  # its staged weights (one out-channel tile of a gro
 
 def fma_fwd_plan(spec: Spec, halo: dict | None) -> dict | None:
     """The forward with float32 FMAs where the group has at most FMA_FWD_CIG_MAX input channels (a 3-channel image:
-    the halo forward needs multiples of HALO_CC): the implicit GEMM's k would be CIG*KH*KW taps padded to BK, loaded
+    the halo forward takes HALO_PAD_MIN_CHANNELS or more): the implicit GEMM's k would be CIG*KH*KW taps padded to BK, loaded
     one 4-byte copy an element with its index math, for a few dozen MACs an output. Each thread computes PXW
     consecutive output columns of one row for CT out channels (a channel tile, grid.y), loading each input row's SPAN
     columns once per (input channel, kernel row) and the tile's weights from shared memory as float4s; its outputs
@@ -612,10 +639,10 @@ def fma_fwd_plan(spec: Spec, halo: dict | None) -> dict | None:
 
 def halo_plan(spec: Spec, tile: dict) -> dict | None:
     """The forward from halo tiles, or None where the implicit GEMM's im2col loader stays: the direct path, input
-    channels per group not a multiple of HALO_CC, a stride larger than the kernel (the halo would stage skipped
+    channels per group that halo_channels_ok refuses, a stride larger than the kernel (the halo would stage skipped
     pixels), or more than HALO_SMEM_MAX of shared memory."""
     s = spec
-    if direct(s) or (s.CI // s.G) % HALO_CC or tile["BM"] != 128 or s.SH > s.KH or s.SW > s.KW:
+    if direct(s) or not halo_channels_ok(s.CI // s.G) or tile["BM"] != 128 or s.SH > s.KH or s.SW > s.KW:
         return None
     return _halo(s.CI, s.H, s.W, s.CI // s.G, s.HO, s.WO, s.CO // s.G, (s.KH, s.KW), (s.SH, s.SW), (s.PH, s.PW),
                  (s.DH, s.DW), tile, False)
@@ -628,18 +655,44 @@ def halo_dx_tile(spec: Spec) -> dict:
     tile = gemm_tile(1 << 20, spec.CI // spec.G)
     if halo_dx_plan(spec, tile) is None:
         return tile
-    return halo_warp_tile(spec.CI // spec.G, spec.CO // spec.G // HALO_CC)
+    return halo_warp_tile(spec.CI // spec.G, halo_chunks(spec.CO // spec.G))
+
+
+def _dx_axis(r: int, k: int, st: int, dil: int, pad: int) -> tuple[int, int, int, int] | None:
+    """One axis of grad_x's stride phase r (input rows i0 + st * i with (i0 + pad) % st == r): the taps that reach it,
+    kh = kh0 + step * t (t < taps, step = st / gcd(dil, st)), form a stride-1 convolution of gz with dilation step *
+    dil / st; flipped, its tap u reads gz row i - pad' + u * dil' for pad' = (taps - 1) * dil' - (i0 + pad - kh0 * dil) /
+    st. (kh0, step, taps, dil', pad'), or None where no tap reaches the phase."""
+    khs = [kh for kh in range(k) if kh * dil % st == r]
+    if not khs:
+        return None
+    i0 = (r - pad) % st
+    step = st // math.gcd(dil, st)
+    dil_p = step * dil // st
+    return khs[0], step, len(khs), dil_p, (len(khs) - 1) * dil_p - (i0 + pad - khs[0] * dil) // st
 
 
 def halo_dx_plan(spec: Spec, tile: dict) -> dict | None:
-    """grad_x from halo tiles at stride 1: grad_x = conv(gz, w flipped and transposed) with padding DH*(KH-1) - PH
-    (likewise columns), out channels per group a multiple of HALO_CC (gz's channels are its input). None: the
-    per-phase im2col GEMMs stay (strides, the direct path, other channel counts, too much shared memory)."""
+    """grad_x from halo tiles: at stride 1, grad_x = conv(gz, w flipped and transposed) with padding DH*(KH-1) - PH
+    (likewise columns); at larger strides, one such stride-1 convolution a stride phase (stride_phases: rows ih0 + SH*i,
+    columns iw0 + SW*j, reached by the taps of _dx_axis only), each its own kernel instance and arranged weights,
+    writing its rows and columns of grad_x. Out channels per group that halo_channels_ok takes (gz's channels are its
+    input). The first phase's plan with PHASES, every phase's (S: its struct's name). None: the per-phase im2col GEMMs
+    stay (the direct path, other channel counts, a phase no tap reaches, too much shared memory)."""
     s = spec
-    if direct(s) or (s.CO // s.G) % HALO_CC or tile["BM"] != 128 or (s.SH, s.SW) != (1, 1):
+    if direct(s) or not halo_channels_ok(s.CO // s.G) or tile["BM"] != 128:
         return None
-    return _halo(s.CO, s.HO, s.WO, s.CO // s.G, s.H, s.W, s.CI // s.G, (s.KH, s.KW), (1, 1),
-                 (s.DH * (s.KH - 1) - s.PH, s.DW * (s.KW - 1) - s.PW), (s.DH, s.DW), tile, True)
+    phases = []
+    for rh, rw, ih0, iw0, hp, wp in stride_phases(s):
+        ah, aw = _dx_axis(rh, s.KH, s.SH, s.DH, s.PH), _dx_axis(rw, s.KW, s.SW, s.DW, s.PW)
+        if ah is None or aw is None:
+            return None
+        plan = _halo(s.CO, s.HO, s.WO, s.CO // s.G, hp, wp, s.CI // s.G, (ah[2], aw[2]), (1, 1), (ah[4], aw[4]),
+                     (ah[3], aw[3]), tile, True, (ah[0], ah[1], aw[0], aw[1], ih0, s.SH, iw0, s.SW))
+        if plan is None:
+            return None
+        phases.append(dict(plan, S="HaloD" + (str(len(phases)) if phases else "")))
+    return dict(phases[0], PHASES=phases)
 
 
 HALO_W_WARPS = 8  # grad_w from halo tiles: warps of a CTA (WARPS_M over its out channels, WARPS_K over positions)
@@ -656,21 +709,27 @@ def halo_w_plan(spec: Spec, gz_is_gy: bool) -> dict | None:
     if direct(s) or s.SH > s.KH or s.SW > s.KW:
         return None
     cig, cog, kk = s.CI // s.G, s.CO // s.G, s.KH * s.KW
-    bm = _pow2(cog, 16, 64)
-    wm = bm // 16
     tg = ceil_div(kk, HALO_W_TAPS)  # tap groups
     nt = ceil_div(kk, tg)
     # a B fragment: 8 channels x 4 positions
     th, tw, hh, hw, hcs = _halo_window(128, s.WO, (s.KH, s.KW), (s.SH, s.SW), (s.DH, s.DW), 4)
     ldp = th * tw + 4  # gz rows: 4 mod 32, an A fragment's 8 channels x 4 positions hit 32 banks
-    stage = bm * ldp + HALO_CC * hcs
-    # m16 tiles a warp with TF32 allowed (below); one at column strides > 1, where two spilled 48 bytes on sm_90 (a
-    # Conv2d(14->53, 3, stride (1, 2)) of a sweep: the halo offsets of 4*SW columns take registers)
-    mi_tf32 = 2 if bm >= 32 and s.SW == 1 else 1
-    red = HALO_W_WARPS * 16 * mi_tf32 * nt * 8  # the warps' partial sums over positions, staged for the fixed-order add
-    smem = max(2 * stage, red) * 4
-    if smem > HALO_SMEM_MAX:
+    # BM: up to 64 out channels a CTA, fewer where two stages of a wide halo (a dilated 5x5 kernel's, a stride-2
+    # kernel's) would not fit with 64 channels' gz beside it. H200, TF32, a step (random benchmark draws, thirty-fourth
+    # session): Conv2d(76->176, 5, p3, dil 3) on 23x76x160x96 and Conv2d(48->46, 5, p1, dil 3) on 93x48x128x64 fell to
+    # the im2col grad_w at 64 (113 KB), 7.08 and 2.86 ms against cuDNN's 2.24 and 1.17
+    for bm in (b for b in (64, 32, 16) if b <= _pow2(cog, 16, 64)):
+        stage = bm * ldp + HALO_CC * hcs
+        # m16 tiles a warp with TF32 allowed (below); one at column strides > 1, where two spilled 48 bytes on sm_90 (a
+        # Conv2d(14->53, 3, stride (1, 2)) of a sweep: the halo offsets of 4*SW columns take registers)
+        mi_tf32 = 2 if bm >= 32 and s.SW == 1 else 1
+        red = HALO_W_WARPS * 16 * mi_tf32 * nt * 8  # the warps' partial sums over positions, staged for the fixed-order add
+        smem = max(2 * stage, red) * 4
+        if smem <= HALO_SMEM_MAX:
+            break
+    else:
         return None
+    wm = bm // 16
     # gz positions a cp.async copies (4, 2 or 1): WO % GZV == 0 keeps a copy inside one row of the plane or all past
     # its right edge; TW, LDP and the stage size keep it aligned in shared memory
     gzv = next(v for v in (4, 2, 1) if s.WO % v == 0 and tw % v == 0 and ldp % v == 0 and stage % v == 0)
@@ -730,18 +789,22 @@ def halo_wg_plan(spec: Spec, halo_w: dict | None, gz_is_gy: bool) -> dict | None
     cig, cog, kk = s.CI // s.G, s.CO // s.G, s.KH * s.KW
     if halo_w is None or cog < WG_COG_MIN:
         return None
-    # as few row tiles as WG_WARPGROUPS_MAX allows (each restages gz), their m64 tiles spread evenly over them
-    m64 = ceil_div(cig * kk, 64)
-    bm = 64 * ceil_div(m64, ceil_div(m64, WG_WARPGROUPS_MAX))
     ct = ceil_div(cog, WG_BN_MAX)
     bn = 8 * ceil_div(ceil_div(cog, ct), 8)
     th, tw, hh, hw, _ = _halo_window(WG_TP, s.WO, (s.KH, s.KW), (s.SH, s.SW), (s.DH, s.DW), 8)
     hws = hw + (8 - hw % 16) % 16  # 8 mod 16
     hcs = _bank_pad(hh * hws, 24)
-    ccm = min(cig, (bm - 1) // kk + 2)
-    stage = bn * WG_TP + ccm * hcs
-    smem = 2 * stage * 4
-    if smem > WG_SMEM_MAX:
+    # as few row tiles as WG_WARPGROUPS_MAX allows (each restages gz), their m64 tiles spread evenly over them; fewer
+    # warpgroups where the CCM channels a wide halo stages for BM rows would not fit (a stride-2 or dilated 5x5 kernel)
+    m64 = ceil_div(cig * kk, 64)
+    for wgs in range(WG_WARPGROUPS_MAX, 0, -1):
+        bm = 64 * ceil_div(m64, ceil_div(m64, wgs))
+        ccm = min(cig, (bm - 1) // kk + 2)
+        stage = bn * WG_TP + ccm * hcs
+        smem = 2 * stage * 4
+        if smem <= WG_SMEM_MAX:
+            break
+    else:
         return None
     # gz positions a cp.async copies: a copy stays in one row of the plane (WO) and of the tile (TW)
     gzv = next(v for v in (4, 2, 1) if s.WO % v == 0 and tw % v == 0)
@@ -925,6 +988,15 @@ def tap_table(channels: int, spec: Spec, tile_k: int) -> list[tuple[int, int]]:
 TAIL_THREADS = 256  # every kernel after the convolution
 RED_TARGET_BLOCKS = 1024  # reductions along the innermost dim: split each output's range until about this many blocks
 RED_MIN_CHUNK = 2048  # ... but never below this many elements per block
+# reductions that keep the innermost dim (one output a thread): split each output's range until the blocks (T outputs
+# each) times the splits reach about RED_TARGET_BLOCKS, never below this many elements a thread. H200, TF32, mean over
+# (C, H) of a 35x384x95x98 conv output (3430 outputs of 36480 elements; a random benchmark draw): one thread an output
+# over the whole range took 3.72 ms, 14 blocks on 132 SMs
+RED_MIN_THREAD_CHUNK = 64
+# a reduction's finish from this many splits on: one block an output, its threads striding the splits, then a fixed
+# tree (block_combine); below, one thread an output combines them in order. H200: amax over all of an 11x80x62x41
+# conv output (1 output, 1024 splits) took 92 us in one thread's loop
+FINISH_WIDE_SPLITS = 32
 IDX_OPS = frozenset({"max", "adaptive_max", "max_dim", "min_dim", "window_max"})  # keep the winner's index for backward
 READS_INPUT = frozenset({"amax", "amin", "max_all", "min_all", "logsumexp"})  # backward reads the input and result
 REDUCE_PASS = {"sum": "SUM", "mean": "SUM", "amax": "MAX", "amin": "MIN", "max_all": "MAX", "min_all": "MIN",
@@ -1136,6 +1208,7 @@ def derive(spec: Spec) -> dict:
         params=[dict(c=f"p{i}", name=p.name, shape=list(p.shape)) for i, p in enumerate(all_params(s))],
         conv_params=[dict(c=f"p{i}", name=p.name, shape=list(p.shape)) for i, p in enumerate(s.params)],
         stages=stages, NSAVED=nsaved, TAIL_THREADS=TAIL_THREADS, RED_TARGET_BLOCKS=RED_TARGET_BLOCKS, RED_MIN_CHUNK=RED_MIN_CHUNK,
+        RED_MIN_THREAD_CHUNK=RED_MIN_THREAD_CHUNK, FINISH_WIDE_SPLITS=FINISH_WIDE_SPLITS,
         OUT=_tensor((1, s.CO, s.HO, s.WO), True) if not stages else stages[-1]["OUT"],
         TF32_RULES=cudnn_tf32.rules(dict(CI=s.CI, CO=s.CO, G=s.G, KH=s.KH, KW=s.KW, SH=s.SH, SW=s.SW, PH=s.PH, PW=s.PW,
                                          DH=s.DH, DW=s.DW, H=s.H, W=s.W, HO=s.HO, WO=s.WO)),
@@ -1211,7 +1284,9 @@ def describe(spec: Spec) -> list[str]:
         f"the derived backward reads it ({'it does' if d['needs_z'] else 'it does not'} here).",
         f"backward: dL/dz elementwise with fixed-order per-channel sums (grad_bias, parameter gradients), grad_x " +
         (f"with float32 FMAs ({d['CIG']} input channels a group: {d['FMA_DX']['PXW']} pixels of a stride phase's row a thread)"
-         if d["FMA_DX"] else "from halo tiles (a stride-1 convolution of gz with the flipped weights)" if d["HALO_DX"]
+         if d["FMA_DX"] else "from halo tiles (a stride-1 convolution of gz with the flipped weights" +
+         (f", one for each of {len(d['HALO_DX']['PHASES'])} stride phases)" if len(d["HALO_DX"]["PHASES"]) > 1 else ")")
+         if d["HALO_DX"]
          else f"as an implicit GEMM over (co, kh, kw) ({dg['BM']}x{dg['BN']} tiles)") + ",",
         f"grad_w as a GEMM over (n, oh, ow) split into",
         f"slices ({wg['BM']}x{wg['BN']} tiles) whose partials a second kernel adds in order: bit-identical run to run.",

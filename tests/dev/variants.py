@@ -67,8 +67,8 @@ CONV_FWD_HALO_3CTAS = {
 # registers instead of 140 (3 CTAs an SM), no spills; padded_relu_bias's (8 chunks) already uses 116.
 CONV_DX_HALO_4CTAS = {
     "conv2d_epilogue/halo.cu.j2": [
-        ("template <bool X3, bool PRE = false>\n__global__ void __launch_bounds__(TileD::THREADS, 2) conv_grad_x_halo(",
-         "template <bool X3, bool PRE = false>\n__global__ void __launch_bounds__(TileD::THREADS, X3 ? 2 : 4) conv_grad_x_halo(")],
+        ("template <class Gm, bool X3, bool PRE = false>\n__global__ void __launch_bounds__(TileD::THREADS, 2) conv_grad_x_halo(",
+         "template <class Gm, bool X3, bool PRE = false>\n__global__ void __launch_bounds__(TileD::THREADS, X3 ? 2 : 4) conv_grad_x_halo(")],
 }
 
 EDITS_DIR = Path(__file__).resolve().parent / "edits"
