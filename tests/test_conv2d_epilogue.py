@@ -1638,12 +1638,17 @@ def _phase_grad_x(plan: dict, gz: torch.Tensor, w: torch.Tensor, spec) -> torch.
                                       ((2, 16, 20, 17), dict(kernel_size=5, stride=(2, 3), padding=(2, 1), dilation=(1, 2))),
                                       ((1, 12, 17, 18), dict(kernel_size=4, stride=3, padding=2, groups=2)),
                                       ((1, 8, 23, 22), dict(kernel_size=(3, 2), stride=(1, 2), dilation=(3, 1)))])
-def test_strided_grad_x_phases_from_halo_tiles_give_pytorchs_grad_x(shape, kw):
+def test_strided_grad_x_phases_from_halo_tiles_give_pytorchs_grad_x(shape, kw, monkeypatch):
     """halo_dx_plan at strides > 1: one flipped stride-1 halo convolution of gz a stride phase (_dx_axis's taps,
     dilation and padding, the weight map and the output placement) gives PyTorch's grad_x, in float64 on the CPU; the
-    phases cover every row and column of grad_x once."""
+    phases cover every row and column of grad_x once. Past HALO_DX_MAX_PHASES phases (stride 3 here) the im2col
+    phases stay; the decomposition is checked there too, with the cap lifted."""
+    phases = (kw["stride"] if isinstance(kw["stride"], int) else kw["stride"][0]) * \
+        (kw["stride"] if isinstance(kw["stride"], int) else kw["stride"][1])
     kw = dict(kw)
     src = conv_epilogue_problem(shape, conv(shape[1], 24, kw.pop("kernel_size"), **kw), CONV_IN + ["return torch.relu(x)"])
+    assert (fam.derive(_spec(src))["HALO_DX"] is None) is (phases > fam.HALO_DX_MAX_PHASES)
+    monkeypatch.setattr(fam, "HALO_DX_MAX_PHASES", 9)
     spec = _spec(src)
     plan = fam.derive(spec)["HALO_DX"]
     assert plan is not None and len(plan["PHASES"]) == len(fam.stride_phases(spec)) == spec.SH * spec.SW
@@ -1674,6 +1679,7 @@ def test_backward_kernels_are_chosen_by_shape(cid):
     assert (d["FMA_DX"] is not None) == few
     reached = all(fam._dx_axis(rh, spec.KH, spec.SH, spec.DH, spec.PH) and fam._dx_axis(rw, spec.KW, spec.SW, spec.DW, spec.PW)
                   for rh, rw, *_ in fam.stride_phases(spec))  # every stride phase reached by some tap
+    reached = reached and len(fam.stride_phases(spec)) <= fam.HALO_DX_MAX_PHASES
     assert (d["HALO_DX"] is not None) == (reached and fam.halo_channels_ok(spec.CO // spec.G) and not few)
     assert (d["HALO_W"] is not None) == (spec.SH <= spec.KH and spec.SW <= spec.KW)
     assert (d["FOLD_POOL_BWD"] is not None) == bool(spec.stages and spec.stages[0].kind == "pool")

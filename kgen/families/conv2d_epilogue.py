@@ -672,15 +672,23 @@ def _dx_axis(r: int, k: int, st: int, dil: int, pad: int) -> tuple[int, int, int
     return khs[0], step, len(khs), dil_p, (len(khs) - 1) * dil_p - (i0 + pad - khs[0] * dil) // st
 
 
+# grad_x from halo tiles for at most this many stride phases (one launch each; stride 2 x 2 is 4). H200, TF32, step
+# ms (random benchmark draws, thirty-fourth session, one run): Conv2d(64->512, (3, 5), stride 2, p1) 3.21 -> 1.21
+# (its im2col grad_x took 2.29 ms against cuDNN's 0.12); Conv2d(16->80, 5, stride 3, dil 2) on 11x16x192x128 (9
+# phases, 5 x 5 taps spread over them) 0.42 -> 0.69 in the same runs: stride 3 x 3 keeps the im2col phases
+HALO_DX_MAX_PHASES = 4
+
+
 def halo_dx_plan(spec: Spec, tile: dict) -> dict | None:
     """grad_x from halo tiles: at stride 1, grad_x = conv(gz, w flipped and transposed) with padding DH*(KH-1) - PH
     (likewise columns); at larger strides, one such stride-1 convolution a stride phase (stride_phases: rows ih0 + SH*i,
     columns iw0 + SW*j, reached by the taps of _dx_axis only), each its own kernel instance and arranged weights,
     writing its rows and columns of grad_x. Out channels per group that halo_channels_ok takes (gz's channels are its
     input). The first phase's plan with PHASES, every phase's (S: its struct's name). None: the per-phase im2col GEMMs
-    stay (the direct path, other channel counts, a phase no tap reaches, too much shared memory)."""
+    stay (the direct path, other channel counts, more than HALO_DX_MAX_PHASES phases, a phase no tap reaches, too much
+    shared memory)."""
     s = spec
-    if direct(s) or not halo_channels_ok(s.CO // s.G) or tile["BM"] != 128:
+    if direct(s) or not halo_channels_ok(s.CO // s.G) or tile["BM"] != 128 or len(stride_phases(s)) > HALO_DX_MAX_PHASES:
         return None
     phases = []
     for rh, rw, ih0, iw0, hp, wp in stride_phases(s):
