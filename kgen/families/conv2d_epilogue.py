@@ -336,11 +336,12 @@ def gemm_tile(rows: int, cols: int, max_rows: int = 128, max_warps_n: int = 2) -
 HALO_SMEM_MAX = 96 * 1024  # the halo forward's shared memory (two stages): within every sm_80+ GPU's opt-in limit
 HALO_CC = 8  # input channels per halo chunk
 # A halo convolution's input channels a group that are not a multiple of HALO_CC: its last chunk is staged with zeros
-# past them (HaloF::CPAD), from this many channels on (at most 3/8 of a lone chunk padding); fewer keep the im2col GEMM
-# or the FMA forward (fma_fwd_plan: CIG <= 4). H200, TF32, random benchmark draws (thirty-fourth session), forward on
+# past them (HaloF::CPAD), from this many channels on (two chunks or more); fewer keep the im2col GEMM or the FMA
+# forward (fma_fwd_plan: CIG <= 4). From 5 (one padded chunk) the register-staged forward of Conv2d(5->16, 3, s2, p2,
+# dil 2) on 2 x 4 warps (16-wide tiles) spilled 44-48 bytes on sm_80-90. H200, TF32, random benchmark draws (thirty-fourth session), forward on
 # the im2col GEMM: Conv2d(76->176, 5, p3, dil 3) on 23x76x160x96 4.94 ms against cuDNN's 1.12; grad_x of Conv2d(48->46,
 # 5, p1, dil 3) 2.72 against 0.58
-HALO_PAD_MIN_CHANNELS = 5
+HALO_PAD_MIN_CHANNELS = 9
 
 
 def halo_chunks(channels: int) -> int:
