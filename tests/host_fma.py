@@ -238,7 +238,7 @@ def host_source(kernel_cu: str, which: str, d: dict, n: int, tf32: bool) -> str:
             run = grad_x(f"std::vector<float> wt(HaloD::WT_FLOATS, NAN);\n"
                          f"  launch((HaloD::WT_FLOATS + 255) / 256, 1, 1, 256, [&] {{ arrange_weights<HaloD>(w.data(), wt.data(), {int(tf32)}); }});\n"
                          f"  launch({n} * HaloD::TILES_H * HaloD::TILES_W, G * HaloD::CTILES, 1, TileD::THREADS, "
-                         f"[&] {{ conv_grad_x_halo<{x3}>(gz.data(), wt.data(), gx.data()); }});")
+                         f"[&] {{ conv_grad_x_halo<HaloD, {x3}>(gz.data(), wt.data(), gx.data()); }});")
         elif which == "halo_grad_w":  # HALO_W: gz, x in; one position tile a split, then finish_grad_w
             run = f"""
   auto gz = read_floats("in0.bin"); auto x = read_floats("in1.bin");
