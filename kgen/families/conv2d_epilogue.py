@@ -337,10 +337,10 @@ HALO_SMEM_MAX = 96 * 1024  # the halo forward's shared memory (two stages): with
 HALO_CC = 8  # input channels per halo chunk
 # A halo convolution's input channels a group that are not a multiple of HALO_CC: its last chunk is staged with zeros
 # past them (HaloF::CPAD), from this many channels on (two chunks or more); fewer keep the im2col GEMM or the FMA
-# forward (fma_fwd_plan: CIG <= 4). From 5 (one padded chunk) the register-staged forward of Conv2d(5->16, 3, s2, p2,
-# dil 2) on 2 x 4 warps (16-wide tiles) spilled 44-48 bytes on sm_80-90. H200, TF32, random benchmark draws (thirty-fourth session), forward on
-# the im2col GEMM: Conv2d(76->176, 5, p3, dil 3) on 23x76x160x96 4.94 ms against cuDNN's 1.12; grad_x of Conv2d(48->46,
-# 5, p1, dil 3) 2.72 against 0.58
+# forward (fma_fwd_plan: CIG <= 4). H200, TF32, random benchmark draws (thirty-fourth session), on the im2col GEMM
+# before: the forward of Conv2d(76->176, 5, p3, dil 3) on 23x76x160x96 took 4.94 ms against cuDNN's 1.12, grad_x of
+# Conv2d(48->46, 5, p1, dil 3) 2.72 against 0.58. From 5 channels (one padded chunk) the register-staged forward of
+# Conv2d(5->16, 3, s2, p2, dil 2) on 2 x 4 warps (16-wide tiles) spilled 44-48 bytes on sm_80-90
 HALO_PAD_MIN_CHANNELS = 9
 
 
@@ -393,9 +393,10 @@ def _halo(cin: int, hin: int, win: int, cin_g: int, hout: int, wout: int, cout_g
     """A convolution from halo tiles: input (n, cin, hin, win) in groups of cin_g channels, output (n, ., hout, wout)
     in groups of cout_g, kernel k, stride, top / left padding pad (negative: the first output reads from row -pad on),
     dilation; flip: weight tap (kh, kw) is w's (KH-1-kh, KW-1-kw) with its in / out channels swapped (grad_x as a
-    convolution of gz; `phase`: grad_x's stride phase, below). A CTA computes TH x TW output positions of one image; per chunk of HALO_CC input channels it
-    stages the input rows / columns they read and the chunk's weights, double-buffered unless there is one chunk
-    (cin_g <= HALO_CC: a 5x5 kernel on 8 channels then fits) or two buffers would not fit. None when one would not
+    convolution of gz; `phase`: grad_x's stride phase, below). A CTA computes TH x TW output positions of one image;
+    per chunk of HALO_CC input channels it stages the input rows / columns they read and the chunk's weights,
+    double-buffered unless there is one chunk (cin_g <= HALO_CC: a 5x5 kernel on 8 channels then fits) or two buffers
+    would not fit. None when one would not
     fit HALO_SMEM_MAX. phase = (KH0, KSH, KW0, KSW, OH0, OSH, OW0, OSW): flipped tap (u, v) is w's (KH0 + KSH *
     (k[0]-1-u), KW0 + KSW * (k[1]-1-v)) and output (i, j) lands on (OH0 + OSH * i, OW0 + OSW * j) (halo_dx_plan;
     identity for the forward and at stride 1)."""
@@ -456,7 +457,8 @@ def _halo(cin: int, hin: int, win: int, cin_g: int, hout: int, wout: int, cout_g
     kh0, ksh, kw0, ksw, oh0, osh, ow0, osw = phase
     return dict(CIN=cin, HIN=hin, WIN=win, CING=cin_g, HOUT=hout, WOUT=wout, COUTG=cout_g, SH=stride[0], SW=stride[1],
                 PH=pad[0], PW=pad[1], FLIP=flip, KH=k[0], KW=k[1], DH=dil[0], DW=dil[1],
-                KH0=kh0, KSH=ksh, KW0=kw0, KSW=ksw, OH0=oh0, OSH=osh, OW0=ow0, OSW=osw, TH=th, TW=tw, HH=hh, HW=hw, HV=hv, LOFF=loff, HROW=hrow, HCS=hcs, CC=HALO_CC,
+                KH0=kh0, KSH=ksh, KW0=kw0, KSW=ksw, OH0=oh0, OSH=osh, OW0=ow0, OSW=osw,
+                TH=th, TW=tw, HH=hh, HW=hw, HV=hv, LOFF=loff, HROW=hrow, HCS=hcs, CC=HALO_CC,
                 REG=reg, PHS=phs, HP=hp, RB=rb, NB=ceil_div(per_thread, rb),
                 STAGES=stages, SMEM_BYTES=smem, FLUSH_TF32=flush,
                 TILES_H=ceil_div(hout, th), TILES_W=ceil_div(wout, tw), TAP_UNROLL=unroll,
@@ -689,10 +691,11 @@ def halo_dx_plan(spec: Spec, tile: dict) -> dict | None:
     stay (the direct path, other channel counts, more than HALO_DX_MAX_PHASES phases, a phase no tap reaches, too much
     shared memory)."""
     s = spec
-    if direct(s) or not halo_channels_ok(s.CO // s.G) or tile["BM"] != 128 or len(stride_phases(s)) > HALO_DX_MAX_PHASES:
+    table = stride_phases(s)
+    if direct(s) or not halo_channels_ok(s.CO // s.G) or tile["BM"] != 128 or len(table) > HALO_DX_MAX_PHASES:
         return None
     phases = []
-    for rh, rw, ih0, iw0, hp, wp in stride_phases(s):
+    for rh, rw, ih0, iw0, hp, wp in table:
         ah, aw = _dx_axis(rh, s.KH, s.SH, s.DH, s.PH), _dx_axis(rw, s.KW, s.SW, s.DW, s.PW)
         if ah is None or aw is None:
             return None
