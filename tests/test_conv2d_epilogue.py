@@ -323,6 +323,17 @@ _TABLE += [
      CONV_IN + ["return torch.amax(x + 0.75, dim=(0, 1, 2, 3), keepdim=True)"], [], {}),
 ]
 
+# Kernels of few taps: halo chunks wider than 8 channels (halo_cc): a 1x1 kernel on two 64-channel chunks, a dilated
+# (2, 1) kernel on 24-channel ones (a random benchmark draw's shape) whose grad_x reads 32-channel chunks of gz, and a
+# (1, 3) kernel whose second 24-channel chunk is padded (44 channels)
+_TABLE += [
+    ("halo_wide_k1_ci128_co48_relu", 1, (2, 128, 11, 36), conv(128, 48, 1), CONV_IN + ["return torch.relu(x)"], [], {}),
+    ("halo_wide_k21_ci48_co96_p1_dil31_softplus_sub", 2, (2, 48, 17, 20), conv(48, 96, (2, 1), padding=1, dilation=(3, 1)),
+     CONV_IN + ["return F.softplus(x) - 0.5"], [], {}),
+    ("halo_wide_pad_k13_ci44_co40_p01_silu", 1, (2, 44, 13, 29), conv(44, 40, (1, 3), padding=(0, 1)),
+     CONV_IN + ["return F.silu(x)"], [], {}),
+]
+
 CASES: list[tuple[str, str]] = [(cid, conv_epilogue_problem(shape, c, fwd, init, args))
                                 for cid, _, shape, c, fwd, init, args in _TABLE]
 CASE = dict(CASES)

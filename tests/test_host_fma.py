@@ -228,11 +228,13 @@ def test_direct_kernels_are_pytorchs_on_the_cpu(tmp_path, cid, src):
 # The forward from halo tiles on the shim's emulated mma.sync (tests/host_fma.py): two chunks on 2 x 4 warps, groups
 # at stride 2, three chunks on 4 x 1 warps with dilation and a per-channel parameter, one chunk, 32 chunks (TF32's
 # flush), one staging buffer for 64 out channels, stride-2 rows staged through registers split by column phase from
-# 8-byte copies at an odd left offset (TF32; 3xTF32 keeps cp.async). Inference's instance (no folded stage: those
+# 8-byte copies at an odd left offset (TF32; 3xTF32 keeps cp.async), chunks wider than 8 channels for kernels of few
+# taps (1x1: 64; (2, 1) and a padded (1, 3): 24). Inference's instance (no folded stage: those
 # CASES fold a pool or a reduction into the kernel, a different signature).
 HALO_FORWARD = ["halo_ci16_pad1_relu", "halo_groups2_k5_s2_p2_silu", "halo_ci24_k3x5_dil21_bias_c", "halo_lone_ci8_wo16",
                 "halo_ci256_k3_noflush_tanh", "halo_ci16_k5_onestage_relu_bias_c", "halo_trim_groups2_co96_silu_bias_c",
-                "halo_ci8_k3s2_p1_w38_relu_bias_c"]
+                "halo_ci8_k3s2_p1_w38_relu_bias_c", "halo_wide_k1_ci128_co48_relu", "halo_wide_k21_ci48_co96_p1_dil31_softplus_sub",
+                "halo_wide_pad_k13_ci44_co40_p01_silu"]
 
 
 @pytest.mark.parametrize("tf32", [False, True], ids=["3xtf32", "tf32"])
@@ -268,11 +270,12 @@ def test_halo_forward_with_a_folded_channel_reduction_is_pytorchs_on_the_cpu(tmp
 
 
 # grad_x from halo tiles (stride 1: a convolution of gz with the flipped weights) and grad_w from halo tiles on the
-# emulated mma.sync: 'same' with an even kernel and dilation, 5 x 5 without bias, 3 chunks of gz channels; for grad_w
+# emulated mma.sync: 'same' with an even kernel and dilation, 5 x 5 without bias, 3 chunks of gz channels, a 1x1 kernel
+# on one 48-channel chunk, a (2, 1) kernel on 32-channel ones; for grad_w
 # a lone conv, groups at stride 2, the column-stride-2 shape whose TF32 grad_w once spilled, 400 taps (several tap
 # groups), 256 input channels (groups of more than 4 input channels: fewer take grad_w on FMAs once that lands).
 HALO_GRAD_X = ["halo_ci16_pad1_relu", "dxhalo_same_k4_co8_dil23_gelu", "dxhalo_ci16_co24_k5_no_bias_maxpool_sum",
-               "halo_ci24_k3x5_dil21_bias_c"]
+               "halo_ci24_k3x5_dil21_bias_c", "halo_wide_k1_ci128_co48_relu", "halo_wide_k21_ci48_co96_p1_dil31_softplus_sub"]
 HALO_GRAD_W = ["halo_lone_ci8_wo16", "halo_groups2_k5_s2_p2_silu", "halo_w_ci14_co53_s12_clamp_add_avgpool",
                "halo_ci16_k5_onestage_relu_bias_c", "halo_ci256_k3_noflush_tanh"]
 

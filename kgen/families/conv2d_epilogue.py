@@ -353,6 +353,33 @@ def halo_channels_ok(channels: int) -> bool:
     """Does a halo convolution take this many input channels a group: a multiple of HALO_CC, or HALO_PAD_MIN_CHANNELS
     or more (the last chunk padded with zeros)?"""
     return channels % HALO_CC == 0 or channels >= HALO_PAD_MIN_CHANNELS
+
+
+# A halo convolution's chunk: HALO_CC input channels (one k8 step a tap), wider where the kernel has few taps, so that
+# a chunk holds at least HALO_MIN_KSTEPS k8 steps (a 1x1 kernel: up to 64 channels a chunk; 3x3 and larger keep 8):
+# each chunk pays a barrier, its copies' latency and, in the single-pass instances, a wgmma pipe drain, which 1 or 2 k
+# steps a chunk do not cover. H200, forward ms, 8-channel chunks -> these (thirty-fifth session, one run): lone
+# Conv2d(64->64, 1) on 32x64x128x128 TF32 0.154 -> 0.100 (eager 0.183), TF32 off 0.153 -> 0.099; Conv2d(128->256, 1)
+# -> relu TF32 off 0.596 -> 0.434, TF32 even (0.383 -> 0.393); Conv2d(96->384, (2, 1), p1, dil (3, 1)) -> 4 pointwise
+# -> mean over (C, H) TF32 off 2.50 -> 2.13, TF32 even (1.53 -> 1.57: 3 CTAs an SM instead of 4, its epilogue's expm1f
+# the larger cost); Conv2d(64->128, (1, 3)) -> gelu TF32 0.186 -> 0.176, off 0.364 -> 0.319
+HALO_MIN_KSTEPS = 8
+HALO_CC_MAX = 64
+
+
+def halo_cc(channels: int, taps: int, stage_bytes: Callable[[int], int]) -> int:
+    """The halo chunk's input channels for `channels` a group and `taps` taps: the fewest multiple of HALO_CC (at most
+    HALO_CC_MAX) that gives HALO_MIN_KSTEPS k8 steps a chunk, no wider than the group's channels padded to HALO_CC,
+    dividing them (a wider chunk pads no more than HALO_CC's), and whose two stages (stage_bytes(cc) each) fit
+    HALO_SMEM_MAX where it leaves more than one chunk; narrower where it does not."""
+    padded = halo_chunks(channels) * HALO_CC
+    want = min(HALO_CC * ceil_div(ceil_div(HALO_MIN_KSTEPS * 8, taps), HALO_CC), HALO_CC_MAX, padded)
+    for cc in range(want, HALO_CC, -HALO_CC):
+        if padded % cc == 0 and (2 if padded > cc else 1) * stage_bytes(cc) <= HALO_SMEM_MAX:
+            return cc
+    return HALO_CC
+
+
 # The register-staged halo (REG): a thread loads RB groups of HV floats before it stores any, RB * (HV + 2) <= this
 # (each group's floats and its address): 48 floats (RB 12) took 130 registers in Conv2d(8->32, 5, s2)'s forward on
 # sm_90a, 3 CTAs an SM, 4% slower than RB 8; 32 one-float groups spilled 44 bytes on sm_80-90 (mma.sync)
@@ -414,10 +441,11 @@ def _halo(cin: int, hin: int, win: int, cin_g: int, hout: int, wout: int, cout_g
     # kernels: a 5x5 kernel's weights for 64 out channels take 57 KB a chunk) load each chunk after the previous one's
     # mmas into one buffer; the SM's other CTAs cover the load. H200, TF32 allowed, Conv2d(16->64, 5, p2) on
     # 64x16x192x192: the im2col GEMM it replaces took 2.87 ms, eager 2.27
-    def stage_bytes(row: int) -> int:  # a chunk's staged input (channels HCS floats apart) and its weights
-        return (HALO_CC * _bank_pad(hh * row, 8) + k[0] * k[1] * HALO_CC * tile["BN"]) * 4
+    def stage_bytes(row: int, cc: int) -> int:  # a chunk's staged input (channels HCS floats apart) and its weights
+        return (cc * _bank_pad(hh * row, 8) + k[0] * k[1] * cc * tile["BN"]) * 4
 
-    stages = 1 if cin_g <= HALO_CC or 2 * stage_bytes(hrow) > HALO_SMEM_MAX else 2
+    cc = halo_cc(cin_g, k[0] * k[1], lambda c: stage_bytes(hrow + hrow % 2, c))  # (a row whole phases may widen)
+    stages = 1 if cin_g <= cc or 2 * stage_bytes(hrow, cc) > HALO_SMEM_MAX else 2
     # REG: the single-pass TF32 instances stage a one-buffer halo through registers (load, round to TF32, store), not
     # cp.async: nothing runs behind a lone buffer's copies, and it saves the separate rounding pass over shared memory
     # and its barrier. Stride-2 columns are then stored split by phase (PHS = 2: a row's even columns, then its odd
@@ -430,10 +458,10 @@ def _halo(cin: int, hin: int, win: int, cin_g: int, hout: int, wout: int, cout_g
     hrow += hrow % phs  # whole phases (only 4-byte copies can leave an odd row)
     hp = hrow // phs
     hcs = _bank_pad(hh * hrow, 8)  # an A fragment: 4 channels x 8 positions, 32 distinct banks
-    stage = stage_bytes(hrow)  # weights in fragment order, unpadded
+    stage = stage_bytes(hrow, cc)  # weights in fragment order, unpadded
     smem = stages * stage
     # the register staging's batches: RB groups (HV floats each) a thread loads before it stores any, NB batches
-    groups = HALO_CC * hh * (hrow // hv)
+    groups = cc * hh * (hrow // hv)
     per_thread = ceil_div(groups, tile["THREADS"])
     rb = min(per_thread, REG_STAGE_REGS // (hv + 2))
     if smem > HALO_SMEM_MAX:
@@ -458,7 +486,7 @@ def _halo(cin: int, hin: int, win: int, cin_g: int, hout: int, wout: int, cout_g
     return dict(CIN=cin, HIN=hin, WIN=win, CING=cin_g, HOUT=hout, WOUT=wout, COUTG=cout_g, SH=stride[0], SW=stride[1],
                 PH=pad[0], PW=pad[1], FLIP=flip, KH=k[0], KW=k[1], DH=dil[0], DW=dil[1],
                 KH0=kh0, KSH=ksh, KW0=kw0, KSW=ksw, OH0=oh0, OSH=osh, OW0=ow0, OSW=osw,
-                TH=th, TW=tw, HH=hh, HW=hw, HV=hv, LOFF=loff, HROW=hrow, HCS=hcs, CC=HALO_CC,
+                TH=th, TW=tw, HH=hh, HW=hw, HV=hv, LOFF=loff, HROW=hrow, HCS=hcs, CC=cc,
                 REG=reg, PHS=phs, HP=hp, RB=rb, NB=ceil_div(per_thread, rb),
                 STAGES=stages, SMEM_BYTES=smem, FLUSH_TF32=flush,
                 TILES_H=ceil_div(hout, th), TILES_W=ceil_div(wout, tw), TAP_UNROLL=unroll,
