@@ -5,7 +5,7 @@ itself under `ncu` with the profiler range around one forward and one step, prin
 Usage (GPU): python tests/dev/ncu_step.py pool|conv|bundled|blocks NAME [NAME ...] [--tf32] [--sections S ...]
 Names are tests/bench/bench_pool.py's or tests/bench/bench_conv2d_epilogue.py's PROBLEMS, or (bundled) the stems of
 kgen/problems/*.py, e.g. conv2d_avgpool_sigmoid_sum, or (blocks) the KernelBench-style conv blocks of
-`bench_conv2d_epilogue.py --blocks`, e.g. scaling_min_c.
+`bench_conv2d_epilogue.py --blocks`, e.g. scaling_min_c; a name ending in .py is a problem file's path.
 """
 
 from __future__ import annotations
@@ -36,7 +36,13 @@ STALLS = ["barrier", "long_scoreboard", "short_scoreboard", "mio_throttle", "lg_
           "branch_resolving", "imc_miss", "sleeping", "misc"]
 
 
-def problems(family: str) -> dict:
+def problems(family: str, names: list[str] = ()) -> dict:
+    """name -> problem text: the family's table, and any name that is a problem file's path (ending in .py)."""
+    files = {n: Path(n).read_text() for n in names if n.endswith(".py")}
+    return {**_table(family), **files}
+
+
+def _table(family: str) -> dict:
     if family == "bundled":
         return {p.stem: p.read_text() for p in (Path(__file__).resolve().parents[2] / "kgen" / "problems").glob("*.py")}
     if family == "blocks":
@@ -52,7 +58,7 @@ def problems(family: str) -> dict:
 
 def child(family: str, name: str, tf32: bool) -> None:
     torch.backends.cudnn.allow_tf32 = tf32
-    model, x, step = training_step(problems(family)[name], name)
+    model, x, step = training_step(problems(family, [name])[name], Path(name).stem)
     step()
     torch.cuda.synchronize()
     torch.cuda.cudart().cudaProfilerStart()
@@ -100,7 +106,8 @@ def main() -> int:
 
     # build and warm the extension cache outside ncu (nvcc under ncu is slow), where the child's generate_module
     # writes and loads the same module
-    paths = [write_generated(emit.generate(write_problem(problems(a.family)[name], name))) for name in a.names]
+    table = problems(a.family, a.names)
+    paths = [write_generated(emit.generate(write_problem(table[name], Path(name).stem))) for name in a.names]
     with ThreadPoolExecutor(len(paths)) as ex:
         built = {name: (rc, err) for name, (_, _, rc, err) in zip(a.names, ex.map(build, paths))}
     for name in a.names:
