@@ -237,7 +237,7 @@ def host_source(kernel_cu: str, which: str, d: dict, n: int, tf32: bool) -> str:
         if which == "halo_grad_x":  # HALO_DX: gz, w in
             run = grad_x(f"std::vector<float> wt(HaloD::WT_FLOATS, NAN);\n"
                          f"  launch((HaloD::WT_FLOATS + 255) / 256, 1, 1, 256, [&] {{ arrange_weights<HaloD>(w.data(), wt.data(), {int(tf32)}); }});\n"
-                         f"  launch({n} * HaloD::TILES_H * HaloD::TILES_W, G * HaloD::CTILES, 1, TileD::THREADS, "
+                         f"  launch({n} * HaloD::GRID_X_PER_IMAGE, G, 1, TileD::THREADS, "
                          f"[&] {{ conv_grad_x_halo<HaloD, {x3}>(gz.data(), wt.data(), gx.data()); }});")
         elif which == "halo_grad_w":  # HALO_W: gz, x in; one position tile a split, then finish_grad_w
             run = f"""
@@ -257,7 +257,7 @@ def host_source(kernel_cu: str, which: str, d: dict, n: int, tf32: bool) -> str:
   std::vector<float> wt(HaloF::WT_FLOATS, NAN), out((size_t){n} * YPLANE, NAN);
   std::vector<float> part((size_t){n} * CFOLD_PARTS * {2 if cr["PAIR"] else 1} * YPLANE, NAN);
   launch((HaloF::WT_FLOATS + 255) / 256, 1, 1, 256, [&] {{ arrange_weights<HaloF>(w.data(), wt.data(), {int(tf32)}); }});
-  launch({n} * HaloF::TILES_H * HaloF::TILES_W, G * HaloF::CTILES, 1, TileH::THREADS, [&] {{
+  launch({n} * HaloF::GRID_X_PER_IMAGE, G, 1, TileH::THREADS, [&] {{
     conv_forward_halo<{x3}, true, false>(x.data(), bias, {args}{"part" if cr["FINISH"] else "out"}.data(), wt.data(), nullptr, nullptr); }});
 {finish}
   write_floats("out.bin", out);"""
@@ -265,7 +265,7 @@ def host_source(kernel_cu: str, which: str, d: dict, n: int, tf32: bool) -> str:
             run = forward_run(
                 f"std::vector<float> wt(HaloF::WT_FLOATS, NAN);\n"
                 f"  launch((HaloF::WT_FLOATS + 255) / 256, 1, 1, 256, [&] {{ arrange_weights<HaloF>(w.data(), wt.data(), {int(tf32)}); }});\n"
-                f"  launch({n} * HaloF::TILES_H * HaloF::TILES_W, G * HaloF::CTILES, 1, TileH::THREADS, [&] {{ "
+                f"  launch({n} * HaloF::GRID_X_PER_IMAGE, G, 1, TileH::THREADS, [&] {{ "
                 f"conv_forward_halo<{x3}, false, false>(x.data(), bias, ARGSwt.data(), y.data(), z.data()); }});")
     elif which in ("direct_forward", "direct_grad_x"):
         body = forward + section(kernel_cu, "// ---------------- one input channel per group", "// grad_w partials")
