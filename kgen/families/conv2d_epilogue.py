@@ -345,7 +345,8 @@ HALO_PAD_MIN_CHANNELS = 9
 
 
 def halo_chunks(channels: int) -> int:
-    """HALO_CC-channel chunks a halo convolution reads for `channels` input channels a group (the last one padded)."""
+    """HALO_CC-channel units of `channels` input channels a group (the last one padded): a halo chunk is one or more
+    of them (halo_cc), and the tile and CTA-count rules (halo_warp_tile, halo_tf32_ctas) count the k depth in them."""
     return ceil_div(channels, HALO_CC)
 
 
@@ -421,9 +422,9 @@ def _halo(cin: int, hin: int, win: int, cin_g: int, hout: int, wout: int, cout_g
     in groups of cout_g, kernel k, stride, top / left padding pad (negative: the first output reads from row -pad on),
     dilation; flip: weight tap (kh, kw) is w's (KH-1-kh, KW-1-kw) with its in / out channels swapped (grad_x as a
     convolution of gz; `phase`: grad_x's stride phase, below). A CTA computes TH x TW output positions of one image;
-    per chunk of HALO_CC input channels it stages the input rows / columns they read and the chunk's weights,
-    double-buffered unless there is one chunk (cin_g <= HALO_CC: a 5x5 kernel on 8 channels then fits) or two buffers
-    would not fit. None when one would not
+    per chunk of CC input channels (halo_cc: HALO_CC, wider for few taps) it stages the input rows / columns they read
+    and the chunk's weights, double-buffered unless there is one chunk (cin_g <= CC: a 5x5 kernel on 8 channels then
+    fits) or two buffers would not fit. None when one would not
     fit HALO_SMEM_MAX. phase = (KH0, KSH, KW0, KSW, OH0, OSH, OW0, OSW): flipped tap (u, v) is w's (KH0 + KSH *
     (k[0]-1-u), KW0 + KSW * (k[1]-1-v)) and output (i, j) lands on (OH0 + OSH * i, OW0 + OSW * j) (halo_dx_plan;
     identity for the forward and at stride 1)."""
@@ -444,7 +445,8 @@ def _halo(cin: int, hin: int, win: int, cin_g: int, hout: int, wout: int, cout_g
     def stage_bytes(row: int, cc: int) -> int:  # a chunk's staged input (channels HCS floats apart) and its weights
         return (cc * _bank_pad(hh * row, 8) + k[0] * k[1] * cc * tile["BN"]) * 4
 
-    cc = halo_cc(cin_g, k[0] * k[1], lambda c: stage_bytes(hrow + hrow % 2, c))  # (a row whole phases may widen)
+    # (hrow + hrow % 2: the widest the row can become below, where a stride-2 register-staged row takes whole phases)
+    cc = halo_cc(cin_g, k[0] * k[1], lambda c: stage_bytes(hrow + hrow % 2, c))
     stages = 1 if cin_g <= cc or 2 * stage_bytes(hrow, cc) > HALO_SMEM_MAX else 2
     # REG: the single-pass TF32 instances stage a one-buffer halo through registers (load, round to TF32, store), not
     # cp.async: nothing runs behind a lone buffer's copies, and it saves the separate rounding pass over shared memory
@@ -530,9 +532,9 @@ EPI_PAD = 4
 
 
 # The halo forward's single-pass TF32 instances (no flush: acc only) on 4 x 1 warps over at least
-# HALO_TF32_CTAS_MIN_CHUNKS chunks ask ptxas for HALO_TF32_CTAS CTAs an SM on sm_90 (<= 128 registers a thread
-# instead of 146) where that many CTAs' shared memory fits an sm_90 SM: 16 warps an SM instead of 12. Other
-# architectures keep 2 (not measured; an sm_86/89 or sm_120 SM fits one such CTA's stages, an A100's three).
+# HALO_TF32_CTAS_MIN_CHUNKS 8-channel units (halo_chunks) ask ptxas for HALO_TF32_CTAS CTAs an SM on sm_90 (<= 128
+# registers a thread instead of 146) where that many CTAs' shared memory fits an sm_90 SM: 16 warps an SM instead of
+# 12. Other architectures keep 2 (not measured; an sm_86/89 or sm_120 SM fits one such CTA's stages, an A100's three).
 # H200, TF32 allowed, forward ms (twenty-seventh session, the eight 64->128 / 32->64 / 8->64 level-2 blocks):
 # 64 input channels (8 chunks) 0.353 -> 0.339, 2.587 -> 2.323, 2.523 -> 2.431, 2.308 -> 2.298, 2.257 -> 2.162,
 # 2.639 -> 2.357; 32 (4 chunks, padding 1) 0.735 -> 0.768; 8 (one chunk, 2 x 4 warps) 2.769 -> 2.807: those keep 2.
