@@ -1,7 +1,8 @@
 """Time several generated modules of one problem against each other and eager (TF32 off, or --tf32): variants of a
 template or of kgen itself, rendered here (no GPU needed) from different trees or edits, then timed in one run on
 one card. Each module is first built in parallel (one process each), then checked against the problem's Model
-(forward within 1e-4 of eager, TF32 off; grad_x's misses counted) and timed: forward and training step, back-to-back.
+(forward within 1e-4 of eager and every parameter's gradient within 1e-4 of its largest element, TF32 off;
+grad_x's misses counted) and timed: forward and training step, back-to-back.
 Usage (GPU): python tests/dev/time_generated.py PROBLEM.py LABEL=model_new.py [LABEL=model_new.py ...] [--tf32]
 [--compile] (--compile: torch.compile(Model) timed in the same run, with the same flags)
 A template edit of tests/dev/variants.py renders with `python tests/dev/variants.py PROBLEM.py EDIT OUT_DIR`."""
@@ -51,14 +52,21 @@ def main() -> int:
         rows[label] = new
     torch.backends.cudnn.allow_tf32 = False
     ref = model(x)
-    (gref,) = torch.autograd.grad(ref.sum(), x)
+    params = dict(model.named_parameters())
+    gref, *pref = torch.autograd.grad(ref.sum(), [x, *params.values()])
     torch.backends.cudnn.allow_tf32 = a.tf32
     for label, m in rows.items():
         if label in ("eager", "compile") or a.tf32:
             continue
         y = m(x)
-        (g,) = torch.autograd.grad(y.sum(), x)
+        mp = dict(m.named_parameters())
+        g, *pg = torch.autograd.grad(y.sum(), [x, *(mp[n] for n in params)])
         torch.testing.assert_close(y, ref, atol=1e-4, rtol=1e-4)
+        # parameter gradients are sums over the whole batch: asserted at 1e-4 relative to their largest element
+        for n, a_, b_ in zip(params, pg, pref):
+            err = float((a_ - b_).abs().max() / b_.abs().max().clamp_min(1e-30))
+            print(f"{label}: grad {n}: max error {err:.2e} of its largest element")
+            assert err < 1e-4, f"{label}: grad {n} off eager by {err:.2e} of its largest element"
         # grad_x is reported, not asserted: where the program has a kink (relu, clamp), an output within rounding of
         # it takes the other branch in eager or in kgen, and its whole window's gradient differs
         miss = int((~torch.isclose(g, gref, atol=1e-4, rtol=1e-4)).sum())
