@@ -277,7 +277,8 @@ def test_halo_forward_with_a_folded_channel_reduction_is_pytorchs_on_the_cpu(tmp
 HALO_GRAD_X = ["halo_ci16_pad1_relu", "dxhalo_same_k4_co8_dil23_gelu", "dxhalo_ci16_co24_k5_no_bias_maxpool_sum",
                "halo_ci24_k3x5_dil21_bias_c", "halo_wide_k1_ci128_co48_relu", "halo_wide_k21_ci48_co96_p1_dil31_softplus_sub"]
 HALO_GRAD_W = ["halo_lone_ci8_wo16", "halo_groups2_k5_s2_p2_silu", "halo_w_ci14_co53_s12_clamp_add_avgpool",
-               "halo_ci16_k5_onestage_relu_bias_c", "halo_ci256_k3_noflush_tanh"]
+               "halo_ci16_k5_onestage_relu_bias_c", "halo_ci256_k3_noflush_tanh", "halo_wide_k1_ci128_co48_relu",
+               "halo_wide_k21_ci48_co96_p1_dil31_softplus_sub", "halo_wide_pad_k13_ci44_co40_p01_silu"]
 
 
 @pytest.mark.parametrize("tf32", [False, True], ids=["3xtf32", "tf32"])

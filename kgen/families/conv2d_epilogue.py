@@ -742,7 +742,7 @@ HALO_W_TAPS = 9  # ... and at most this many taps per CTA (the warp's n8 tiles: 
 
 
 def halo_w_plan(spec: Spec, gz_is_gy: bool) -> dict | None:
-    """grad_w from halo tiles: a CTA owns BM out channels x (a chunk of HALO_CC input channels, NT taps) of grad_w and
+    """grad_w from halo tiles: a CTA owns BM out channels x (a chunk of CC input channels, NTAP taps) of grad_w and
     runs over a range of TH x TW output-position tiles; per tile it stages gz's BM x TH*TW block and the chunk's input
     halo, then every tap's GEMM slice (k = positions) from shared memory. Warps split the out channels (WARPS_M) and
     the tile's positions (WARPS_K; their sums are added in a fixed order at the end). None where the im2col GEMM
@@ -752,7 +752,15 @@ def halo_w_plan(spec: Spec, gz_is_gy: bool) -> dict | None:
         return None
     cig, cog, kk = s.CI // s.G, s.CO // s.G, s.KH * s.KW
     tg = ceil_div(kk, HALO_W_TAPS)  # tap groups
-    nt = ceil_div(kk, tg)
+    ntap = ceil_div(kk, tg)
+    # few taps: a CTA takes CSUB groups of 8 input channels, so that its NT = NTAP * CSUB n8 tiles (a tap's 8 channels
+    # each) come near HALO_W_TAPS and gz's tile is staged once per CC = 8 * CSUB channels, not once per 8. H200, TF32,
+    # torch.profiler (thirty-fifth session): a (2, 1) kernel on 96 -> 384 channels (35x96x96x96) spent 2.26 ms a step
+    # here with CSUB 1 (gz staged 12 times) against cuDNN's 0.30; with CSUB the step fell 6.82 -> 6.20 ms (eager 7.05;
+    # TF32 off 10.20 -> 8.76, eager 12.17) and a (1, 3) kernel on 64 -> 80 channels' 1.34 -> 1.14 (eager 1.60; the
+    # thirty-sixth session's A/B). CC divides the group's channels padded to HALO_CC
+    padded = halo_chunks(cig) * HALO_CC
+    csub = next(c for c in range(max(1, HALO_W_TAPS // ntap), 0, -1) if padded % (HALO_CC * c) == 0) if tg == 1 else 1
     # a B fragment: 8 channels x 4 positions
     th, tw, hh, hw, hcs = _halo_window(128, s.WO, (s.KH, s.KW), (s.SH, s.SW), (s.DH, s.DW), 4)
     ldp = th * tw + 4  # gz rows: 4 mod 32, an A fragment's 8 channels x 4 positions hit 32 banks
@@ -760,8 +768,11 @@ def halo_w_plan(spec: Spec, gz_is_gy: bool) -> dict | None:
     # kernel's) would not fit with 64 channels' gz beside it. H200, TF32, a step (random benchmark draws, thirty-fourth
     # session): Conv2d(76->176, 5, p3, dil 3) on 23x76x160x96 and Conv2d(48->46, 5, p1, dil 3) on 93x48x128x64 fell to
     # the im2col grad_w at 64 (113 KB), 7.08 and 2.86 ms against cuDNN's 2.24 and 1.17
-    for bm in (b for b in (64, 32, 16) if b <= _pow2(cog, 16, 64)):
-        stage = bm * ldp + HALO_CC * hcs
+    for bm, csub in itertools.product((b for b in (64, 32, 16) if b <= _pow2(cog, 16, 64)), range(csub, 0, -1)):
+        if padded % (HALO_CC * csub):
+            continue
+        cc, nt = HALO_CC * csub, ntap * csub
+        stage = bm * ldp + cc * hcs
         # m16 tiles a warp with TF32 allowed (below); one at column strides > 1, where two spilled 48 bytes on sm_90 (a
         # Conv2d(14->53, 3, stride (1, 2)) of a sweep: the halo offsets of 4*SW columns take registers)
         mi_tf32 = 2 if bm >= 32 and s.SW == 1 else 1
@@ -793,10 +804,10 @@ def halo_w_plan(spec: Spec, gz_is_gy: bool) -> dict | None:
     # the copy widths instantiated: GZV, and one float a copy beside it where gz is the incoming gy (gz_is_gy: no
     # adjoint kernel writes gz into kgen's workspace), whose alignment the caller decides
     vecs = [gzv, 1] if gz_is_gy and gzv > 1 else [gzv]
-    return dict(BM=bm, WARPS_M=wm, WARPS_K=HALO_W_WARPS // wm, THREADS=32 * HALO_W_WARPS, NT=nt, TGROUPS=tg,
+    return dict(BM=bm, WARPS_M=wm, WARPS_K=HALO_W_WARPS // wm, THREADS=32 * HALO_W_WARPS, NT=nt, NTAP=ntap, TGROUPS=tg,
                 GZV=gzv, GZ_VECS=vecs, UNROLL_TF32=unroll, PT_TF32=pt_tf32, PT_X3=pt_x3, MI_TF32=mi_tf32, CHAIN_TILES=chain_tiles,
-                TH=th, TW=tw, HH=hh, HW=hw, HCS=hcs, LDP=ldp, CC=HALO_CC, MTILES=ceil_div(cog, bm),
-                NCH=ceil_div(cig, HALO_CC), TILES_H=ceil_div(s.HO, th), TILES_W=ceil_div(s.WO, tw), SMEM_BYTES=smem)
+                TH=th, TW=tw, HH=hh, HW=hw, HCS=hcs, LDP=ldp, CC=cc, MTILES=ceil_div(cog, bm),
+                NCH=ceil_div(cig, cc), TILES_H=ceil_div(s.HO, th), TILES_W=ceil_div(s.WO, tw), SMEM_BYTES=smem)
 
 
 # grad_w on wgmma (sm_90a builds, single-pass TF32): per output-position tile a CTA multiplies A = the input's im2col

@@ -1,8 +1,8 @@
 """Time several generated modules of one problem against each other and eager (TF32 off, or --tf32): variants of a
 template or of kgen itself, rendered here (no GPU needed) from different trees or edits, then timed in one run on
 one card. Each module is first built in parallel (one process each), then checked against the problem's Model
-(forward within 1e-4 of eager and every parameter's gradient within 1e-4 of its largest element, TF32 off;
-grad_x's misses counted) and timed: forward and training step, back-to-back.
+(TF32 off: forward within 1e-4 of eager; grad_x's misses and every parameter gradient's distance from eager's
+and the first module's reported) and timed: forward and training step, back-to-back.
 Usage (GPU): python tests/dev/time_generated.py PROBLEM.py LABEL=model_new.py [LABEL=model_new.py ...] [--tf32]
 [--compile] (--compile: torch.compile(Model) timed in the same run, with the same flags)
 A template edit of tests/dev/variants.py renders with `python tests/dev/variants.py PROBLEM.py EDIT OUT_DIR`."""
@@ -55,6 +55,7 @@ def main() -> int:
     params = dict(model.named_parameters())
     gref, *pref = torch.autograd.grad(ref.sum(), [x, *params.values()])
     torch.backends.cudnn.allow_tf32 = a.tf32
+    first = None
     for label, m in rows.items():
         if label in ("eager", "compile") or a.tf32:
             continue
@@ -62,11 +63,19 @@ def main() -> int:
         mp = dict(m.named_parameters())
         g, *pg = torch.autograd.grad(y.sum(), [x, *(mp[n] for n in params)])
         torch.testing.assert_close(y, ref, atol=1e-4, rtol=1e-4)
-        # parameter gradients are sums over the whole batch: asserted at 1e-4 relative to their largest element
-        for n, a_, b_ in zip(params, pg, pref):
-            err = float((a_ - b_).abs().max() / b_.abs().max().clamp_min(1e-30))
-            print(f"{label}: grad {n}: max error {err:.2e} of its largest element")
-            assert err < 1e-4, f"{label}: grad {n} off eager by {err:.2e} of its largest element"
+        # parameter gradients are reported, not asserted (the GPU tier's test_numerics asserts them, with random output
+        # gradients): against sum()'s all-ones output gradient a relu's or clamp's kink flips between any two float32
+        # runs and float64 alike at some of the N*HO*WO positions, each moving grad_w by an input value (thirty-sixth
+        # session, H200, a (1, 3) conv -> relu on 32x64x128x128: eager's grad_w 3.35 from float64's, kgen's 3.42).
+        # Against the first module, whose forward (and so every kink) a variant of a backward kernel shares, only
+        # rounding remains
+        first = first or (label, pg)
+        for n, a_, b_, c_ in zip(params, pg, pref, first[1]):
+            scale = float(b_.abs().max())
+            d_first = float((a_ - c_).abs().max()) / scale
+            vs_first = f", |{label} - {first[0]}| {d_first:.2e}" if first[0] != label else ""
+            print(f"{label}: grad {n}: largest |{label} - eager| {float((a_ - b_).abs().max()) / scale:.2e}{vs_first}"
+                  " of eager's largest element")
         # grad_x is reported, not asserted: where the program has a kink (relu, clamp), an output within rounding of
         # it takes the other branch in eager or in kgen, and its whole window's gradient differs
         miss = int((~torch.isclose(g, gref, atol=1e-4, rtol=1e-4)).sum())
