@@ -758,9 +758,9 @@ def halo_w_plan(spec: Spec, gz_is_gy: bool) -> dict | None:
     # torch.profiler (thirty-fifth session): a (2, 1) kernel on 96 -> 384 channels (35x96x96x96) spent 2.26 ms a step
     # here with CSUB 1 (gz staged 12 times) against cuDNN's 0.30; with CSUB the step fell 6.82 -> 6.20 ms (eager 7.05;
     # TF32 off 10.20 -> 8.76, eager 12.17) and a (1, 3) kernel on 64 -> 80 channels' 1.34 -> 1.14 (eager 1.60; the
-    # thirty-sixth session's A/B). CC divides the group's channels padded to HALO_CC
-    padded = halo_chunks(cig) * HALO_CC
-    csub = next(c for c in range(max(1, HALO_W_TAPS // ntap), 0, -1) if padded % (HALO_CC * c) == 0) if tg == 1 else 1
+    # thirty-sixth session's A/B). CC divides the group's channels padded to HALO_CC; the widest that fits is taken
+    units = halo_chunks(cig)
+    csubs = [c for c in range(max(1, HALO_W_TAPS // ntap) if tg == 1 else 1, 0, -1) if units % c == 0]
     # a B fragment: 8 channels x 4 positions
     th, tw, hh, hw, hcs = _halo_window(128, s.WO, (s.KH, s.KW), (s.SH, s.SW), (s.DH, s.DW), 4)
     ldp = th * tw + 4  # gz rows: 4 mod 32, an A fragment's 8 channels x 4 positions hit 32 banks
@@ -768,9 +768,7 @@ def halo_w_plan(spec: Spec, gz_is_gy: bool) -> dict | None:
     # kernel's) would not fit with 64 channels' gz beside it. H200, TF32, a step (random benchmark draws, thirty-fourth
     # session): Conv2d(76->176, 5, p3, dil 3) on 23x76x160x96 and Conv2d(48->46, 5, p1, dil 3) on 93x48x128x64 fell to
     # the im2col grad_w at 64 (113 KB), 7.08 and 2.86 ms against cuDNN's 2.24 and 1.17
-    for bm, csub in itertools.product((b for b in (64, 32, 16) if b <= _pow2(cog, 16, 64)), range(csub, 0, -1)):
-        if padded % (HALO_CC * csub):
-            continue
+    for bm, csub in itertools.product((b for b in (64, 32, 16) if b <= _pow2(cog, 16, 64)), csubs):
         cc, nt = HALO_CC * csub, ntap * csub
         stage = bm * ldp + cc * hcs
         # m16 tiles a warp with TF32 allowed (below); one at column strides > 1, where two spilled 48 bytes on sm_90 (a
