@@ -167,7 +167,7 @@ def section(src: str, start: str, end: str) -> str:
 
 def host_source(kernel_cu: str, which: str, d: dict, n: int, tf32: bool) -> str:
     """A host program that runs kernel `which` ("grad_x", "forward", "forward_fold", "forward_cfold", "halo_forward",
-    "halo_cfold", "halo_grad_x", "halo_grad_w", "direct_forward" or "direct_grad_x") of the rendered kernel.cu on inputs
+    "halo_cfold", "halo_grad_x", "halo_grad_w", "pw_grad_w", "direct_forward" or "direct_grad_x") of the rendered kernel.cu on inputs
     read from in<k>.bin (grad_x: gz, w; grad_w: gz, x; the forwards: x, w, bias, the program's parameters) and writes
     out.bin (the forwards: y, and z to z.bin; forward_fold: the first stage's output, one value an (image, channel);
     forward_cfold / halo_cfold: the first stage's output with a reduction over channels folded in, one value an
@@ -220,7 +220,7 @@ def host_source(kernel_cu: str, which: str, d: dict, n: int, tf32: bool) -> str:
         blocks = f"(({n}LL * {d['FMA_DX']['MAX_GROUPS']} + fdx::THREADS - 1) / fdx::THREADS)"
         run = grad_x(f"launch({blocks} * fdx::NPH, G, 1, fdx::THREADS, "
                      f"[&] {{ conv_grad_x_fma<{t}>(gz.data(), w.data(), gx.data(), {n}LL); }});")
-    elif which in ("halo_forward", "halo_cfold", "halo_grad_x", "halo_grad_w"):  # on the emulated mma.sync
+    elif which in ("halo_forward", "halo_cfold", "halo_grad_x", "halo_grad_w", "pw_grad_w"):  # on the emulated mma.sync
         tiles = section(kernel_cu, "// ---------------- tensor-core tile machinery", "// ---------------- forward ----------------")
         tiles, k = re.subn(r"// N = 1, 2 or 4 floats.*?cp\.async\.wait_group[^\n]*\n", "", tiles, flags=re.S)
         assert k == 1, "the tile section's cp.async helpers moved: update the host run's cut"
@@ -230,6 +230,8 @@ def host_source(kernel_cu: str, which: str, d: dict, n: int, tf32: bool) -> str:
         halo = (section(kernel_cu, wg[1:], "// ----------------") if wg in kernel_cu else "") + halo
         if which == "halo_grad_w":
             halo += section(kernel_cu, "// ---------------- backward: grad_w from halo tiles", "}  // namespace " + ns)
+        if which == "pw_grad_w":
+            halo += section(kernel_cu, "// ---------------- backward: grad_w of a pointwise convolution", "}  // namespace " + ns)
         halo, k = re.subn(r"extern __shared__ __align__\(16\) float (\w+)\[\];", r"float* \1 = g_dyn_smem;", halo)
         assert k, "no dynamic shared memory in the halo kernels' text: update the host run's cut"
         body = tiles + forward_only + halo  # (the tile section runs up to the forward's: the fold's helpers are in it)
@@ -246,6 +248,15 @@ def host_source(kernel_cu: str, which: str, d: dict, n: int, tf32: bool) -> str:
   const int splits = static_cast<int>(tiles);
   std::vector<float> part((size_t)splits * CO * KTOT, NAN), gw((size_t)CO * KTOT, NAN);
   launch(hw::COMBOS, splits, 1, hw::THREADS, [&] {{ conv_grad_w_halo<{x3}, hw::GZV>(gz.data(), x.data(), part.data(), tiles, 1); }});
+  launch((CO * KTOT + 255) / 256, 1, 1, 256, [&] {{ finish_grad_w(part.data(), splits, gw.data()); }});
+  write_floats("out.bin", gw);"""
+        elif which == "pw_grad_w":  # PW_W: gz (PW_PRE_ROUNDED: rounded to TF32), x in; splits of PW_CHUNK slices, then finish_grad_w
+            run = f"""
+  auto gz = read_floats("in0.bin"); auto x = read_floats("in1.bin");
+  const long long slices = {n}LL * pw::SPI;
+  const int chunk = {d["PW_CHUNK"]}, splits = static_cast<int>((slices + chunk - 1) / chunk);
+  std::vector<float> part((size_t)splits * CO * KTOT, NAN), gw((size_t)CO * KTOT, NAN);
+  launch(pw::COMBOS, splits, 1, pw::THREADS, [&] {{ conv_grad_w_pw<{x3}, {"false" if d.get("PW_PRE_ROUNDED") else "true"}>(gz.data(), x.data(), part.data(), slices, chunk); }});
   launch((CO * KTOT + 255) / 256, 1, 1, 256, [&] {{ finish_grad_w(part.data(), splits, gw.data()); }});
   write_floats("out.bin", gw);"""
         elif which == "halo_cfold":  # HALO with FUSED_CREDUCE: the folded instance, then cfold_finish where it runs

@@ -283,11 +283,14 @@ _TABLE += [
     # a sweep's draw (seed 3301) whose TF32 grad_w on two m16 tiles a warp spilled 48 bytes on sm_90 at column stride 2
     ("halo_w_ci14_co53_s12_clamp_add_avgpool", 2, (2, 14, 36, 30), conv(14, 53, 3, stride=(1, 2)),
      CONV_IN + ["return F.avg_pool2d(x + torch.clamp(x, min=-1.0), 3, stride=1, count_include_pad=False)"], [], {}),
-    # grad_w on wgmma (HALO_WG): two out-channel tiles of 80 (160 out channels, 2 warpgroups); a 1x1 kernel's 40
-    # (channel, tap) rows on one warpgroup; a lone dilated 3x5 conv reading gy itself on 4 warpgroups; column stride 2
+    # grad_w on wgmma (HALO_WG): two out-channel tiles of 80 (160 out channels, 2 warpgroups); a (2, 1) kernel's 48
+    # (channel, tap) rows on one warpgroup (a 1x1 kernel's 40 rows, once the other such case, now take the pointwise
+    # grad_w); a lone dilated 3x5 conv reading gy itself on 4 warpgroups; column stride 2
     # with groups on 3; a dilated 3x3 with 100 out channels (a padded n of 104) and odd rows (one-float gz copies)
     ("wgrad_wg_ci8_co160_relu", 1, (2, 8, 14, 36), conv(8, 160, 3), CONV_IN + ["return torch.relu(x)"], [], {}),
     ("wgrad_wg_ci40_co112_k1_tanh_bias_c", 2, (3, 40, 9, 40), conv(40, 112, 1),
+     CONV_IN + ["return torch.tanh(x) + self.bias1"], ["self.bias1 = nn.Parameter(torch.randn(out_channels, 1, 1))"], {}),
+    ("wgrad_wg_ci24_co112_k21_tanh_bias_c", 2, (3, 24, 9, 40), conv(24, 112, (2, 1)),
      CONV_IN + ["return torch.tanh(x) + self.bias1"], ["self.bias1 = nn.Parameter(torch.randn(out_channels, 1, 1))"], {}),
     ("wgrad_wg_lone_ci16_co128_k3x5_dil21", 0, (2, 16, 13, 24), conv(16, 128, (3, 5), dilation=(2, 1)), ["return self.conv(x)"],
      [], {}),
@@ -332,6 +335,16 @@ _TABLE += [
      CONV_IN + ["return F.softplus(x) - 0.5"], [], {}),
     ("halo_wide_pad_k13_ci44_co40_p01_silu", 1, (2, 44, 13, 29), conv(44, 40, (1, 3), padding=(0, 1)),
      CONV_IN + ["return F.silu(x)"], [], {}),
+]
+
+# Pointwise convolutions (1x1, stride 1, unpadded): grad_w as a plain GEMM (PW_W) on out / input channel tiles that
+# the channels do not fill, a plane that is not a multiple of the 32-position slice nor of 4 floats (one- and two-float
+# copies), groups with dilation (no effect on a 1x1 kernel), and a lone conv whose grad_w reads the incoming gradient
+_TABLE += [
+    ("pw_k1_ci20_co40_odd_plane_relu", 1, (3, 20, 7, 9), conv(20, 40, 1), CONV_IN + ["return torch.relu(x)"], [], {}),
+    ("pw_k1_groups2_ci64_co96_dil2_silu_bias_c", 2, (2, 64, 10, 12), conv(64, 96, 1, dilation=2, groups=2),
+     CONV_IN + ["x = F.silu(x)", "return x + self.bias"], ["self.bias = nn.Parameter(torch.randn(96, 1, 1))"], {}),
+    ("pw_lone_k1_ci200_co130_w30", 0, (2, 200, 5, 6), conv(200, 130, 1), ["return self.conv(x)"], [], {}),
 ]
 
 CASES: list[tuple[str, str]] = [(cid, conv_epilogue_problem(shape, c, fwd, init, args))
@@ -1022,7 +1035,7 @@ def test_wgmma_forward_matches_float64_of_tf32_rounded_operands(cid):
 
 # CASES whose TF32 grad_w runs on wgmma in an sm_90a build (HALO_WG): one and two warpgroups, two out-channel tiles,
 # groups, strides, dilation, one-, two- and four-float gz copies, gz read from the incoming gradient.
-WGMMA_W_CASES = ["wgrad_wg_ci8_co160_relu", "wgrad_wg_ci40_co112_k1_tanh_bias_c", "wgrad_wg_lone_ci16_co128_k3x5_dil21",
+WGMMA_W_CASES = ["wgrad_wg_ci8_co160_relu", "wgrad_wg_ci24_co112_k21_tanh_bias_c", "wgrad_wg_lone_ci16_co128_k3x5_dil21",
                  "wgrad_wg_g2_ci32_co192_s12_p1_silu", "wgrad_wg_ci8_co100_dil2_gelu_sub", "halo_ci64_ctas4_scale_min_c",
                  "halo_ci64_ctas4_hardswish_maxpool2_mish"]
 

@@ -868,6 +868,49 @@ def halo_wg_plan(spec: Spec, halo_w: dict | None, gz_is_gy: bool) -> dict | None
                 SMEM_BYTES=smem, WGMMA_REGS=bn // 2)
 
 
+# grad_w of a pointwise convolution (1x1, stride 1, no padding): per group a plain GEMM, grad_w = gz x^T over every
+# image's positions, whose k is contiguous in both operands. H200, TF32, torch.profiler over 5 steps (thirty-seventh
+# session): the halo kernels spent 295 us a step on Conv2d(64->48, 1) on 32x64x128x128 (mma.sync, 16 input channels a
+# CTA: its 4-byte halo copies and 64 x 16 output tile made it issue-bound) and 406 us on Conv2d(128->256, 1) on
+# 32x128x96x96 (wgmma), against cuBLAS's 61 and 121 us for the same GEMMs; this kernel 113 and 240 us (steps 0.79 ->
+# 0.61 ms, eager 0.77; 1.65 -> 1.52, eager 1.36). Where kgen's adjoint kernel writes gz for grad_x from halo tiles too,
+# it writes gz rounded to TF32 and neither kernel rounds it again (the 256-channel grad_x: 225 -> 185 us). Tried:
+# each thread rounding what it copied in place, once, instead of every warp its fragments: 240 -> 270 us.
+PW_BK = 32  # positions a slice (the GEMM's k step through shared memory)
+PW_STAGES = 3  # cp.async pipeline depth
+PW_BM = (16, 32, 48, 64, 96, 128)  # out channels a CTA: m16 tiles over WARPS_M <= 4 warps, at most 2 a warp
+PW_BN = (8, 16, 32, 48, 64)  # input channels a CTA: n8 tiles over WARPS_N <= 2 warps, at most 4 a warp
+PW_TARGET_CTAS = 512  # splits of the positions until about this many CTAs (each split writes a whole partial grad_w)
+PW_MIN_SLICES = 8  # ... each split at least this many slices
+
+
+def pw_w_plan(spec: Spec, gz_pre_rounded: bool) -> dict | None:
+    """grad_w of a pointwise convolution as a GEMM (the comment above): a CTA owns grad_w[BM out channels][BN input
+    channels] of one group and runs over a split's slices of BK consecutive positions of an image, staging gz's BM x BK
+    and x's BN x BK blocks (V floats a cp.async; rows LDS floats apart, 8 mod 32: a half-warp's 64-bit fragment reads
+    hit 32 banks). gz_pre_rounded: kgen's adjoint kernel may write gz rounded to TF32 (for grad_x from halo tiles as
+    well), so an instance that does not round it again is built. None unless the convolution is 1x1, stride 1,
+    unpadded (then x's and gz's planes match) and not the direct path's."""
+    s = spec
+    if direct(s) or (s.KH, s.KW, s.SH, s.SW, s.PH, s.PW, s.PH_END, s.PW_END) != (1, 1, 1, 1, 0, 0, 0, 0):
+        return None
+    cig, cog = s.CI // s.G, s.CO // s.G
+    # the fewest tiles of the widest block, each as narrow as that allows (an even split: 96 = one tile of 96)
+    bm = min(b for b in PW_BM if b >= ceil_div(cog, ceil_div(cog, PW_BM[-1])))
+    bn = min(b for b in PW_BN if b >= ceil_div(cig, ceil_div(cig, PW_BN[-1])))
+    wm = max(d for d in (1, 2, 3, 4) if (bm // 16) % d == 0 and bm // (16 * d) <= 2)
+    wn = max(d for d in (1, 2) if (bn // 8) % d == 0)
+    v = next(v for v in (4, 2, 1) if (s.H * s.W) % v == 0)
+    lds = PW_BK + 8
+    smem = PW_STAGES * (bm + bn) * lds * 4
+    assert smem <= HALO_SMEM_MAX, "the pointwise grad_w's stages exceed the opt-in shared memory"
+    threads = 32 * wm * wn
+    return dict(BM=bm, BN=bn, WARPS_M=wm, WARPS_N=wn, THREADS=threads, MIN_CTAS=max(1, min(4, 512 // threads)),
+                BK=PW_BK, STAGES=PW_STAGES, LDS=lds, V=v, MTILES=ceil_div(cog, bm), NTILES=ceil_div(cig, bn),
+                SPI=ceil_div(s.H * s.W, PW_BK), FLUSH_TF32=NOFLUSH_K_MAX // PW_BK, TARGET_CTAS=PW_TARGET_CTAS,
+                MIN_SLICES=PW_MIN_SLICES, SMEM_BYTES=smem, ROUNDS=[True, False] if gz_pre_rounded else [True])
+
+
 def fold_stage_ld(halo: dict) -> int:
     """A folded stage's staged channel in floats (its PLD): the CTA's TH x TW outputs plus EPI_PAD, which puts the four
     column pairs of an mma fragment's stores in different banks (EPI_PAD's comment)."""
@@ -1209,7 +1252,9 @@ def derive(spec: Spec) -> dict:
     halo_dx = None if fma_dx else halo_dx_plan(s, tiles["D"])
     fold = fold_pool_backward(s)
     write_gz = bool(s.program.live()) or fold is not None  # gz in kgen's workspace; else the backward reads gy
-    halo_w = halo_w_plan(s, not write_gz)
+    # a pointwise convolution's grad_w is a plain GEMM: the halo kernels' where it is not
+    pw_w = pw_w_plan(s, write_gz and halo_dx is not None)
+    halo_w = None if pw_w else halo_w_plan(s, not write_gz)
     halo_wg = halo_wg_plan(s, halo_w, not write_gz)
     fpool = fused_pool(s, halo, tiles["HF"])
     stages, first, nsaved = [], len(s.params), 1  # saved[0]: the conv's z
@@ -1245,12 +1290,14 @@ def derive(spec: Spec) -> dict:
         red_outputs=red_outputs, TAB_MAX=TAB_MAX, DIRECT=direct(s),
         tap_tables=[dict(name="X", entries=tap_table(cig, s, max(BK, tiles["WG"]["BN"]))),
                     dict(name="Y", entries=[] if halo_dx or fma_dx else phase_table)],
-        HALO=halo, FMA_FWD=fma_fwd, HALO_DX=halo_dx, FMA_DX=fma_dx, HALO_W=halo_w, HALO_WG=halo_wg, EPI_PAD=EPI_PAD,
+        HALO=halo, FMA_FWD=fma_fwd, HALO_DX=halo_dx, FMA_DX=fma_dx, HALO_W=halo_w, HALO_WG=halo_wg, PW_W=pw_w, EPI_PAD=EPI_PAD,
         HALO_FWD_SMEM=fwd_smem, EPI_STAGED=epi_staged, HALO_TF32_CTAS=tf32_ctas,
         HALO_TF32_CTAS_POOL_SAVE=min(tf32_ctas, HALO_TF32_CTAS_POOL_SAVE_MAX),
         EPI_TAP_UNROLL=tap_unroll(s.KH, s.KW),
-        # the halo loaders' 16-byte copies read x (forward) and, where grad_x reads it directly, grad_y aligned
-        ALIGN16_X=bool(halo and halo["HV"] > 1), ALIGN16_GY=bool(halo_dx and halo_dx["HV"] > 1 and not write_gz),
+        # the halo loaders' 16-byte copies read x (forward) and, where grad_x reads it directly, grad_y aligned; so
+        # do the pointwise grad_w's vector copies
+        ALIGN16_X=bool(halo and halo["HV"] > 1) or bool(pw_w and pw_w["V"] > 1),
+        ALIGN16_GY=bool(not write_gz and ((halo_dx and halo_dx["HV"] > 1) or (pw_w and pw_w["V"] > 1))),
         FUSED_POOL=fpool, FUSED_REDUCE=freduce, FUSED_CREDUCE=fcreduce, TRAIN_EXTRA=train_extra,
         # the halo forward's folded instance applies the first stage's program itself (takes its parameters): a folded
         # pool, or a channel fold without a finishing kernel
