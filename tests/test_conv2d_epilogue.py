@@ -1692,11 +1692,13 @@ def test_strided_grad_x_keeps_the_gemm_where_a_phase_has_no_taps():
     assert fam.derive(spec)["HALO_DX"] is None and fam._dx_axis(1, 3, 2, 2, 0) is None
 
 
-@pytest.mark.parametrize("cid", ["relu", "halo_groups2_k5_s2_p2_silu", "dilation2_stride2_softplus", "maxpool2_mish"])
+@pytest.mark.parametrize("cid", ["relu", "halo_groups2_k5_s2_p2_silu", "dilation2_stride2_softplus", "maxpool2_mish",
+                                 "pw_k1_ci20_co40_odd_plane_relu", "pw_lone_k1_ci200_co130_w30", "halo_w_ci14_co53_s12_clamp_add_avgpool"])
 def test_backward_kernels_are_chosen_by_shape(cid):
     """grad_x on FMAs for groups of at most 4 input channels, else from halo tiles only at stride 1 with out channels
-    per group a multiple of 8; grad_w from halo tiles
-    wherever the stride is within the kernel; a first pooling stage's backward folded into the adjoint kernel."""
+    per group a multiple of 8; grad_w as a plain GEMM for a pointwise convolution (1x1, stride 1, unpadded), else from
+    halo tiles wherever the stride is within the kernel; a first pooling stage's backward folded into the adjoint
+    kernel."""
     spec = _spec(CASE[cid])
     d = fam.derive(spec)
     few = spec.CI // spec.G <= fam.FMA_DX_CIG_MAX and not d["DIRECT"]  # grad_x on FMAs (fma_dx_plan)
@@ -1705,7 +1707,12 @@ def test_backward_kernels_are_chosen_by_shape(cid):
                   for rh, rw, *_ in fam.stride_phases(spec))  # every stride phase reached by some tap
     reached = reached and len(fam.stride_phases(spec)) <= fam.HALO_DX_MAX_PHASES
     assert (d["HALO_DX"] is not None) == (reached and fam.halo_channels_ok(spec.CO // spec.G) and not few)
-    assert (d["HALO_W"] is not None) == (spec.SH <= spec.KH and spec.SW <= spec.KW)
+    pointwise = (spec.KH, spec.KW, spec.SH, spec.SW, spec.PH, spec.PW, spec.PH_END, spec.PW_END) == (1, 1, 1, 1, 0, 0, 0, 0)
+    assert (d["PW_W"] is not None) == (pointwise and not d["DIRECT"])
+    assert (d["HALO_W"] is not None) == (spec.SH <= spec.KH and spec.SW <= spec.KW and d["PW_W"] is None)
+    if d["PW_W"]:  # its instance for gz pre-rounded by the adjoint kernel exists where grad_x from halo tiles reads gz too
+        assert d["PW_W"]["ROUNDS"] == ([True, False] if d["write_gz"] and d["HALO_DX"] else [True])
+        assert d["ALIGN16_X"] == (d["PW_W"]["V"] > 1 or bool(d["HALO"] and d["HALO"]["HV"] > 1))
     assert (d["FOLD_POOL_BWD"] is not None) == bool(spec.stages and spec.stages[0].kind == "pool")
     if d["FOLD_POOL_BWD"]:
         assert d["write_gz"]  # the adjoint kernel materializes gz from the pooled gradient
