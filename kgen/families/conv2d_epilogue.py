@@ -1386,9 +1386,23 @@ def describe(spec: Spec) -> list[str]:
          (f", one for each of {len(d['HALO_DX']['PHASES'])} stride phases)" if len(d["HALO_DX"]["PHASES"]) > 1 else ")")
          if d["HALO_DX"]
          else f"as an implicit GEMM over (co, kh, kw) ({dg['BM']}x{dg['BN']} tiles)") + ",",
-        f"grad_w as a GEMM over (n, oh, ow) split into",
-        f"slices ({wg['BM']}x{wg['BN']} tiles) whose partials a second kernel adds in order: bit-identical run to run.",
+        _describe_grad_w(d),
+        "split over positions; a second kernel adds the partials in order: bit-identical run to run.",
     ]
+
+
+def _describe_grad_w(d: dict) -> str:
+    """describe()'s line on grad_w's kernel: the pointwise GEMM, halo tiles (and wgmma), or the im2col GEMM."""
+    if d["PW_W"]:
+        w = d["PW_W"]
+        return (f"grad_w of the pointwise convolution as a GEMM gz x^T over every position ({w['BM']}x{w['BN']} tiles "
+                f"of {w['BK']}-position slices),")
+    if d["HALO_W"]:
+        w = d["HALO_W"]
+        wgmma = "; on wgmma with TF32 allowed in sm_90a builds" if d["HALO_WG"] else ""
+        return (f"grad_w from halo tiles ({w['BM']} out channels x {w['CC']} input channels x {w['NTAP']} taps a "
+                f"CTA{wgmma}),")
+    return f"grad_w as an im2col GEMM over (n, oh, ow) ({d['WG']['BM']}x{d['WG']['BN']} tiles),"
 
 
 # ------------------------------------------------------------------------------------------------ initialization
