@@ -1343,7 +1343,7 @@ def _describe_stages(spec: Spec) -> list[str]:
 
 def describe(spec: Spec) -> list[str]:
     d = derive(spec)
-    f, dg, wg = d["F"], d["D"], d["WG"]
+    f, dg = d["F"], d["D"]
     program = [f"program after the convolution: {spec.program}" if spec.program.nodes else
                ("no program: a lone convolution" if not spec.stages else "no program on the convolution's output")]
     program += _describe_stages(spec)
