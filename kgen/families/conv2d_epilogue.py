@@ -884,6 +884,12 @@ PW_TARGET_CTAS = 512  # splits of the positions until about this many CTAs (each
 PW_MIN_SLICES = 8  # ... each split at least this many slices
 
 
+def pointwise(spec: Spec) -> bool:
+    """A 1x1 convolution at stride 1 without padding: its input and output planes are the same positions."""
+    s = spec
+    return (s.KH, s.KW, s.SH, s.SW, s.PH, s.PW, s.PH_END, s.PW_END) == (1, 1, 1, 1, 0, 0, 0, 0)
+
+
 def pw_w_plan(spec: Spec, gz_pre_rounded: bool) -> dict | None:
     """grad_w of a pointwise convolution as a GEMM (the comment above): a CTA owns grad_w[BM out channels][BN input
     channels] of one group and runs over a split's slices of BK consecutive positions of an image, staging gz's BM x BK
@@ -892,7 +898,7 @@ def pw_w_plan(spec: Spec, gz_pre_rounded: bool) -> dict | None:
     well), so an instance that does not round it again is built. None unless the convolution is 1x1, stride 1,
     unpadded (then x's and gz's planes match) and not the direct path's."""
     s = spec
-    if direct(s) or (s.KH, s.KW, s.SH, s.SW, s.PH, s.PW, s.PH_END, s.PW_END) != (1, 1, 1, 1, 0, 0, 0, 0):
+    if direct(s) or not pointwise(s):
         return None
     cig, cog = s.CI // s.G, s.CO // s.G
     # the fewest tiles of the widest block, each as narrow as that allows (an even split: 96 = one tile of 96)
