@@ -20,7 +20,7 @@ from typing import Any
 import kgen
 from kgen import build
 from kgen.errors import KgenError, Unsupported
-from kgen.problem import Problem, load_problem
+from kgen.problem import AST_LOCK, Problem, load_problem
 from kgen.render import render, render_named
 from kgen.spec import match, spec_dict, spec_hash
 
@@ -39,7 +39,8 @@ class Generated:
 
 def _is_literal(v: Any) -> bool:
     try:
-        return ast.literal_eval(repr(v)) == v
+        with AST_LOCK:
+            return ast.literal_eval(repr(v)) == v
     except (ValueError, SyntaxError, TypeError):
         return False
 

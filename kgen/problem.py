@@ -24,6 +24,12 @@ from kgen.errors import KgenError
 REQUIRED_NAMES = ("Model", "get_inputs", "get_init_inputs")
 
 
+# CPython 3.11's AST constructor keeps its recursion depth per interpreter, not per thread: building ast objects
+# (ast.parse, ast.literal_eval) in several threads at once can raise "SystemError: AST constructor recursion depth
+# mismatch" (seen on 3.11.7 in tests/test_pipeline.py's 32-thread load and generate). kgen's own calls take turns.
+AST_LOCK = threading.Lock()
+
+
 @dataclass
 class Problem:
     """A loaded, traced problem: everything later stages need, nothing materialized."""
@@ -41,7 +47,8 @@ class Problem:
     def module_code_without_model(self) -> str:
         """The problem file's module-level code minus ``class Model`` (keeps get_inputs and its globals), and minus
         torch imports nothing else uses (``import torch.nn.functional as F`` would trip KernelBench's checker)."""
-        tree = ast.parse(self.source)
+        with AST_LOCK:
+            tree = ast.parse(self.source)
         lines = self.source.splitlines(keepends=True)
         drop: list[tuple[int, int]] = []
         for node in tree.body:
