@@ -99,6 +99,11 @@ VARIANTS = {
     "fwd_out32": {"OUT_MAX": 32, "SEG_MAX": 80},
     "fwd_loads64": {"LOADS_MAX": 64},
     "fwd_vo8": _window_vo(8),
+    # AdaptiveAvgPool2d(7) on 28 x 28 (4 x 4 windows) takes VO 4 for 16 bytes of output a thread: its 7 outputs a row
+    # then run as chunks of 4 and 3, and each load instruction reads 16 of every 64 bytes a thread spans. One or two
+    # outputs a thread read each row as consecutive vectors across the warp (prepared, not timed)
+    "fwd_vo1": _window_vo(1),
+    "fwd_vo2": _window_vo(2),
     "fwd_rh1": _window_rh(1),
     "fwd_rh4": _window_rh(4),
     "lanes_out16": {"LANES_OUTPUTS": 16},
