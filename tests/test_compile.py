@@ -72,6 +72,51 @@ def test_large_max_windows_compile_without_spills(tmp_path, shape, kw):
     assert spills and all(s == ("0", "0") for s in spills), report
 
 
+# Forwards from halo tiles whose one buffer is staged through registers (REG) in 1- and 2-float groups: stride-2
+# convolutions on inputs of odd or 2-mod-4 width, on 2 x 4 warp tiles (128 registers). Counted at HV + 2 registers a
+# group they spilled 32-88 bytes on sm_80-90a (a compile sweep's draw, then a grid): REG_GROUP_REGS.
+REG_HALOS = [(8, 128, 4, 2, 25, 29), (16, 128, 5, 2, 40, 41), (16, 128, 5, 2, 40, 42), (8, 32, 5, 0, 97, 99)]
+
+
+def conv_relu_problem(ci: int, co: int, k: int, pad: int, h: int, w: int) -> str:
+    return f"""import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d({ci}, {co}, {k}, stride=2, padding={pad})
+
+    def forward(self, x):
+        return torch.relu(self.conv(x))
+
+
+def get_inputs():
+    return [torch.randn(2, {ci}, {h}, {w})]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc not on PATH")
+@pytest.mark.parametrize("shape", REG_HALOS, ids=["ci%d_co%d_k%d_p%d_%dx%d" % s for s in REG_HALOS])
+def test_register_staged_halo_forwards_compile_without_spills(tmp_path, shape):
+    from kgen.families import conv2d_epilogue as fam
+    from kgen.problem import load_problem
+    from kgen.spec import match
+
+    path = write_problem(conv_relu_problem(*shape))
+    halo = fam.derive(match(load_problem(path))[1])["HALO"]
+    assert halo["REG"] and halo["HV"] in (1, 2) and halo["NB"] * halo["RB"] >= 1, halo
+    report = ptxas_report(tmp_path, emit.generate(path).files["kernel.cu"], ("80", "90"), 0)
+    assert re.findall(r"Compiling entry function '\w+conv_forward_haloILb0ELb0", report), report[-2000:]  # TF32's
+    bad = ptxas.findings(report)
+    assert not bad, "\n".join(bad)
+
+
 def torch_include_flags(stub: Path) -> list[str]:
     import torch.utils.cpp_extension as cpp_ext
 

@@ -1258,7 +1258,7 @@ def test_one_buffer_halo_staged_through_registers(cid, phs, hv, loff):
     assert h["HP"] * phs == h["HROW"] and h["HROW"] >= h["LOFF"] + h["HW"] and h["HCS"] % 32 == 8
     groups, threads = h["CC"] * h["HH"] * (h["HROW"] // hv), d["HF"]["THREADS"]
     assert (h["NB"] - 1) * h["RB"] * threads < groups <= h["NB"] * h["RB"] * threads
-    assert h["RB"] * (hv + 2) <= fam.REG_STAGE_REGS
+    assert h["RB"] * fam.REG_GROUP_REGS[hv] <= fam.REG_STAGE_REGS
     if d["HALO_DX"] is not None:
         assert not d["HALO_DX"]["REG"] and d["HALO_DX"]["PHS"] == 1
     kernel = emit.generate(write_problem(CASE[cid])).files["kernel.cu"]

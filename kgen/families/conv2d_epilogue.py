@@ -381,10 +381,17 @@ def halo_cc(channels: int, taps: int, stage_bytes: Callable[[int], int]) -> int:
     return HALO_CC
 
 
-# The register-staged halo (REG): a thread loads RB groups of HV floats before it stores any, RB * (HV + 2) <= this
-# (each group's floats and its address): 48 floats (RB 12) took 130 registers in Conv2d(8->32, 5, s2)'s forward on
+# The register-staged halo (REG): a thread loads RB groups of HV floats before it stores any, RB *
+# REG_GROUP_REGS[HV] <= REG_STAGE_REGS. 48 floats (RB 12) took 130 registers in Conv2d(8->32, 5, s2)'s forward on
 # sm_90a, 3 CTAs an SM, 4% slower than RB 8; 32 one-float groups spilled 44 bytes on sm_80-90 (mma.sync)
 REG_STAGE_REGS = 48
+# A group's registers: its floats and its address, and for 1- and 2-float groups also its bounds predicate and store
+# offset, live across the batch. Counted at HV + 2 (RB 16 and 12), such groups spilled 32-88 bytes at 128 registers in
+# the TF32 forwards of stride-2 convolutions on 2 x 4 warp tiles, sm_80-90a (a compile sweep's draw, seed 4703, then a
+# grid: Conv2d(8->128, 4, s2, p2) on 25x29 and Conv2d(8->32, 5, s2) on 97x99 one-float groups, Conv2d(16->128, 5, s2,
+# p2) on 40x41 one-float, on 40x42 two-float; test_compile's REG_HALOS); at 5 (RB 9) none of 20 such convolutions
+# spilled (66-126 registers). 4-float groups keep HV + 2 (RB 8, timed)
+REG_GROUP_REGS = {4: 6, 2: 5, 1: 5}
 NOFLUSH_K_MAX = 2304  # the halo forward / grad_x with TF32 allowed: longest reduction accumulated without a flush
 # The TF32 main loops of grad_x from halo tiles and of the halo forward's staged training instance unroll all taps up to
 # this many (3x3), else one row of them, as the folded kernels do: unrolling all 25 of a 5x5 kernel spilled 28 bytes on
@@ -465,7 +472,7 @@ def _halo(cin: int, hin: int, win: int, cin_g: int, hout: int, wout: int, cout_g
     # the register staging's batches: RB groups (HV floats each) a thread loads before it stores any, NB batches
     groups = cc * hh * (hrow // hv)
     per_thread = ceil_div(groups, tile["THREADS"])
-    rb = min(per_thread, REG_STAGE_REGS // (hv + 2))
+    rb = min(per_thread, REG_STAGE_REGS // REG_GROUP_REGS[hv])
     if smem > HALO_SMEM_MAX:
         return None
     # FLUSH_TF32: with TF32 allowed, the mmas accumulate on acc directly unless the reduction is long. The tensor core
