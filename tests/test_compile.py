@@ -117,6 +117,35 @@ def test_register_staged_halo_forwards_compile_without_spills(tmp_path, shape):
     assert not bad, "\n".join(bad)
 
 
+# A 1x1 convolution whose halo chunks are wider than 8 channels, at 4 CTAs an SM on sm_90: its TF32 inference instance
+# runs on wgmma in sm_90a images, on mma.sync in plain sm_90 ones, where it spilled 32 bytes at 128 registers; 4 CTAs
+# are asked for in sm_90a images of Hopper-path builds only (HALO_TF32_CTAS_WGMMA_ONLY)
+@pytest.mark.skipif(NVCC is None, reason="nvcc not on PATH")
+def test_wide_chunk_halo_forward_at_4_ctas_compiles_without_spills(tmp_path):
+    from kgen.families import conv2d_epilogue as fam
+    from kgen.problem import load_problem
+    from kgen.spec import match
+
+    path = write_problem(conv_relu_problem(128, 256, 1, 0, 96, 96).replace("stride=2, ", ""))
+    d = fam.derive(match(load_problem(path))[1])
+    assert d["HALO"]["CC"] > fam.HALO_CC and d["HALO_TF32_CTAS"] == 4 and d["HALO_TF32_CTAS_WGMMA_ONLY"]
+    source = emit.generate(path).files["kernel.cu"]
+    assert "__CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL) && KGEN_SM90\n" in source
+    plan = ptxas.builds(source, ("90",)) + [(("90",), 1)]  # plain sm_90 on both paths, and the sm_90a image
+    reports = ptxas.reports(tmp_path, source, plan)
+
+    def registers(report: str) -> int:  # the TF32 inference instance's (conv_forward_halo<false, false, false>)
+        m = re.search(r"Compiling entry function '\w+conv_forward_haloILb0ELb0ELb0E\w*' for 'sm_90a?'\n(?:.*\n)*?.*Used (\d+) registers",
+                      report)
+        assert m, report[-2000:]
+        return int(m.group(1))
+
+    assert registers(reports[1]) <= 128  # the sm_90a image: 4 CTAs an SM
+    assert registers(reports[0]) > 128 and registers(reports[2]) > 128  # plain sm_90: 2
+    bad = [f for r in reports for f in ptxas.findings(r)]
+    assert not bad, "\n".join(bad)
+
+
 def torch_include_flags(stub: Path) -> list[str]:
     import torch.utils.cpp_extension as cpp_ext
 
