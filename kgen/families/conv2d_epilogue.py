@@ -559,7 +559,8 @@ HALO_TF32_CTAS_POOL_SAVE_MAX = 3  # the folded pool's training instance: its sav
 # mma.sync, whose fully unrolled k steps of a wide chunk sat at 124-128 registers at 4 CTAs and spilled 32 bytes for
 # Conv2d(128->256, 1) on 96x96 (the thirty-seventh session's finding): it keeps 2 CTAs there
 def halo_tf32_ctas_wgmma_only(halo: dict | None, tf32_ctas: int) -> bool:
-    """More than 2 CTAs an SM only in sm_90a images on the Hopper path (the comment above)."""
+    """More than 2 CTAs an SM only in sm_90a images on the Hopper path (the comment above; halo_tf32_ctas asks for 2
+    where wide chunks would not run on wgmma even there)."""
     return tf32_ctas > 2 and halo is not None and halo["CC"] > HALO_CC
 
 
@@ -572,7 +573,7 @@ def halo_tf32_ctas(halo: dict | None, tile: dict, fwd_smem: int, folds: tuple) -
     of `folds`, the fused pool / reduce plans with the halo forward) decides whether they fit; 2 elsewhere, as the
     3xTF32 instances."""
     if (halo is None or tile["THREADS"] != 128 or halo["FLUSH_TF32"] or halo_chunks(halo["CING"]) < HALO_TF32_CTAS_MIN_CHUNKS
-            or halo["TAP_UNROLL"] > HALO_TF32_CTAS_MAX_TAPS):
+            or halo["TAP_UNROLL"] > HALO_TF32_CTAS_MAX_TAPS or (halo["CC"] > HALO_CC and not halo["WGMMA"])):
         return 2
     smem = max([fwd_smem] + [f["SMEM_BYTES"] for f in folds if f])
     return HALO_TF32_CTAS if HALO_TF32_CTAS * (smem + 1024) <= SM90_SMEM_PER_SM else 2
