@@ -553,17 +553,6 @@ HALO_TF32_CTAS_MIN_CHUNKS = 8
 # registers
 HALO_TF32_CTAS_MAX_TAPS = 9
 HALO_TF32_CTAS_POOL_SAVE_MAX = 3  # the folded pool's training instance: its saved winners spilled 8 bytes at 128 registers
-# ... and where chunks are wider than HALO_CC channels (few taps: halo_cc), only where the inference instance runs on
-# wgmma (an sm_90a image of a Hopper-path build, KGEN_WGMMA_ARCH), where wide chunks came in and were timed. A plain
-# sm_90 image (TORCH_CUDA_ARCH_LIST "9.0", or a list with an sm_80-89 target: KGEN_SM90=0) runs that instance on
-# mma.sync, whose fully unrolled k steps of a wide chunk sat at 124-128 registers at 4 CTAs and spilled 32 bytes for
-# Conv2d(128->256, 1) on 96x96 (the thirty-seventh session's finding): it keeps 2 CTAs there
-def halo_tf32_ctas_wgmma_only(halo: dict | None, tf32_ctas: int) -> bool:
-    """More than 2 CTAs an SM only in sm_90a images on the Hopper path (the comment above; halo_tf32_ctas asks for 2
-    where wide chunks would not run on wgmma even there)."""
-    return tf32_ctas > 2 and halo is not None and halo["CC"] > HALO_CC
-
-
 SM90_SMEM_PER_SM = 228 * 1024  # an sm_90 SM's shared memory; each resident CTA also reserves 1 KB of it
 
 
@@ -572,6 +561,12 @@ def halo_tf32_ctas(halo: dict | None, tile: dict, fwd_smem: int, folds: tuple) -
     shared memory of its instances (fwd_smem: operand stages or the staged epilogue, halo_fwd_smem; the folded stage
     of `folds`, the fused pool / reduce plans with the halo forward) decides whether they fit; 2 elsewhere, as the
     3xTF32 instances."""
+    # Where chunks are wider than HALO_CC channels (few taps: halo_cc), more than 2 only where the inference instance
+    # runs on wgmma (an sm_90a image of a Hopper-path build, KGEN_WGMMA_ARCH; derive's HALO_TF32_CTAS_WGMMA_ONLY), where
+    # wide chunks came in and were timed. A plain sm_90 image (TORCH_CUDA_ARCH_LIST "9.0", or a list with an sm_80-89
+    # target: KGEN_SM90=0) runs that instance on mma.sync, whose fully unrolled k steps of a wide chunk sat at 124-128
+    # registers at 4 CTAs and spilled 32 bytes for Conv2d(128->256, 1) on 96x96 (the thirty-seventh session's finding):
+    # it keeps 2 CTAs there, and so does every image where wide chunks would not run on wgmma at all
     if (halo is None or tile["THREADS"] != 128 or halo["FLUSH_TF32"] or halo_chunks(halo["CING"]) < HALO_TF32_CTAS_MIN_CHUNKS
             or halo["TAP_UNROLL"] > HALO_TF32_CTAS_MAX_TAPS or (halo["CC"] > HALO_CC and not halo["WGMMA"])):
         return 2
@@ -1331,7 +1326,7 @@ def derive(spec: Spec) -> dict:
         conv_params=[dict(c=f"p{i}", name=p.name, shape=list(p.shape)) for i, p in enumerate(s.params)],
         stages=stages, NSAVED=nsaved, TAIL_THREADS=TAIL_THREADS, RED_TARGET_BLOCKS=RED_TARGET_BLOCKS, RED_MIN_CHUNK=RED_MIN_CHUNK,
         RED_MIN_THREAD_CHUNK=RED_MIN_THREAD_CHUNK, FINISH_WIDE_SPLITS=FINISH_WIDE_SPLITS,
-        HALO_TF32_CTAS_WGMMA_ONLY=halo_tf32_ctas_wgmma_only(halo, tf32_ctas),
+        HALO_TF32_CTAS_WGMMA_ONLY=tf32_ctas > 2 and halo["CC"] > HALO_CC,  # halo_tf32_ctas's comment
         OUT=_tensor((1, s.CO, s.HO, s.WO), True) if not stages else stages[-1]["OUT"],
         TF32_RULES=cudnn_tf32.rules(dict(CI=s.CI, CO=s.CO, G=s.G, KH=s.KH, KW=s.KW, SH=s.SH, SW=s.SW, PH=s.PH, PW=s.PW,
                                          DH=s.DH, DW=s.DW, H=s.H, W=s.W, HO=s.HO, WO=s.WO)),
