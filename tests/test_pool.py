@@ -336,6 +336,23 @@ def test_bundled_avg_pool2d_keeps_the_tuned_design():
     assert (t["design"], t["backward"], t["vec"], t["f_rows"], t["f_cols"], t["f_threads"]) == ("colsum", "colsum", 4, 1, 186, 512)
 
 
+def test_outputs_per_thread_of_non_overlapping_windows_keep_a_row_within_32_bytes():
+    """Widening a thread's outputs for 16 bytes of stores stops where windows do not overlap and a row's input segment
+    would pass MIN_OUTPUTS_SEG_BYTES (AdaptiveAvgPool2d(7) on 28 x 28: 2 outputs, 32 bytes a row; 4 outputs read 64 and
+    ran at 90% of the floor on an H200 against 99%); AvgPool3d(2) keeps 4 outputs (32 bytes) and overlapping windows
+    still widen to 16 bytes of output."""
+    def ctx(op, nd, shape, kw, dtype="float32"):
+        spec, _ = _spec(pool_problem(op, nd, shape, kw, dtype=dtype))
+        c = pool.context(spec)
+        return c["design"], c["vo"], c["seg"]
+
+    assert ctx("adaptive_avg", 2, (256, 512, 28, 28), dict(output_size=7)) == ("window", 2, 8)
+    assert ctx("avg", 3, (8, 64, 64, 128, 128), dict(kernel_size=2)) == ("window", 4, 8)
+    assert ctx("avg", 3, (8, 64, 64, 128, 128), dict(kernel_size=2), "bfloat16") == ("window", 8, 16)
+    assert ctx("avg", 1, (2, 4, 50), dict(kernel_size=4), "bfloat16") == ("window", 4, 16)  # 8 would read 64 bytes
+    assert ctx("avg", 1, (2, 3, 37), dict(kernel_size=3, stride=2, padding=1)) == ("window", 4, 9)  # overlapping
+
+
 def test_dev_variants_still_apply(tmp_path):
     """tests/dev/pool_variants.py edits template text by exact match and overrides planning names: every variant must
     still render every benchmark problem (an edit that stopped matching, or a renamed constant, fails here rather than

@@ -170,6 +170,10 @@ OUT_MAX = 16  # outputs one window-design thread keeps in registers
 # copy-rate floor, 8 outputs 86%; float32 keeps 16, as 8 output columns x 2 rows: MaxPool3d(3, 2, 1) 78%, 66% at 8)
 OUT_MAX_HALF = 8
 LOADS_MAX = 40  # vector loads per window slice one window-design thread may hold (a register budget)
+# A row's input segment that widening for 16 bytes of output may reach. H200, AdaptiveAvgPool2d(7) on 256x512x28x28
+# (4 x 4 windows, no overlap): 4 outputs a thread read 64 bytes a row, 90% of the copy-rate floor (a tie with
+# torch.compile); 2 outputs (32 bytes) or 1, 99%. AvgPool3d(2) float32 at 2 or 4 outputs (16 / 32 bytes): 104% both.
+MIN_OUTPUTS_SEG_BYTES = 32
 # Windows whose last input slice is the next window's first ((KD - 1) * DD == SD: MaxPool3d(3, 2, 1) and the like)
 # walk WALK_SLICES output slices per work item, reading the shared slice once (the window design's "walk"); a walking
 # thread also keeps that slice's fold, so it holds at most WALK_VO_MAX outputs a row.
@@ -270,10 +274,15 @@ def window_tiling(g: Geometry, itemsize: int, channels: int = 1) -> dict | None:
         out_max = WALK_VO_MAX * 2 if walk else OUT_MAX_HALF if itemsize == 2 else OUT_MAX
         if vo > out_max or seg(vo) > SEG_MAX:
             continue
-        min_outputs = max(1, 16 // itemsize)  # at least 16 bytes of output per thread where the row allows
+        # At least 16 bytes of output per thread where the row allows (where windows do not overlap, only while a
+        # row's input segment stays within MIN_OUTPUTS_SEG_BYTES: widening them saves no loads); more outputs while
+        # the halo is a large share of the segment.
+        min_outputs = max(1, 16 // itemsize)
         ekh = (KH - 1) * DH + 1
         while (vo * 2 <= (WALK_VO_MAX if walk else out_max) and seg(vo * 2) <= SEG_MAX and vo * 2 <= 1 << (WO - 1).bit_length()
-               and ceil_div(seg(vo * 2), vec) * ekh <= LOADS_MAX and (vo < min_outputs or seg(vo) > 1.25 * vo * SW)):
+               and ceil_div(seg(vo * 2), vec) * ekh <= LOADS_MAX
+               and ((vo < min_outputs and (ekw > SW or seg(vo * 2) * itemsize <= MIN_OUTPUTS_SEG_BYTES))
+                    or seg(vo) > 1.25 * vo * SW)):
             vo *= 2
         # Two output rows per thread where windows overlap in H, unless the loads are narrow (many of them, and their
         # addresses, would not fit the register budget without spilling).

@@ -3,7 +3,8 @@ code): each variant overrides planning constants or functions of kgen.families.p
 (the extension name is a hash of the rendered sources, so variants build side by side), is checked against
 PyTorch (values and grad_x), then timed with every other variant and eager in turns, in the same run.
 
-Usage: python tests/dev/pool_variants.py [--only NAME ...] [--variants LABEL ...] [--reps N]
+Usage: python tests/dev/pool_variants.py [--only NAME ...] [--variants LABEL ...] [--reps N] [--compile]
+(--compile adds a torch.compile row of the reference model, timed in the same turns)
 Names are tests/bench/bench_pool.py's PROBLEMS; variants are VARIANTS' labels below.
 """
 
@@ -148,6 +149,7 @@ def main() -> int:
     ap.add_argument("--variants", nargs="*", default=["default", "gather"])
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--jobs", type=int, default=16)
+    ap.add_argument("--compile", action="store_true", help="time torch.compile of Model in the same turns")
     a = ap.parse_args()
     bw = copy_bandwidth_gbs()
     print(f"{torch.cuda.get_device_name()} torch {torch.__version__} copy {bw:.0f} GB/s", flush=True)
@@ -191,10 +193,11 @@ def main() -> int:
             torch.testing.assert_close(got.detach(), want_y, atol=tol, rtol=tol)
             torch.testing.assert_close(xg.grad, want_gx, atol=tol, rtol=tol)
         del want_gx
-        rows = {label: [[], []] for label in list(mods) + ["eager"]}
+        others = {"eager": ref, **({"compile": torch.compile(ref)} if a.compile else {})}
+        rows = {label: [[], []] for label in list(mods) + list(others)}
         for _ in range(2):  # two rounds, variants in turn
             for label in rows:
-                m = ref if label == "eager" else mods[label][0]
+                m = others[label] if label in others else mods[label][0]
 
                 def fwd():
                     with torch.no_grad():

@@ -13,7 +13,7 @@
 #     stages build their problems first, BENCH_JOBS (8) at a time
 #   profile: tests/dev/profile_conv.py per kernel, TF32 off and allowed (PROFILE_ONLY: names, default two; PROFILE_ARGS: e.g. --blocks)
 #   f64: tests/dev/f64_check.py (F64_ONLY: problem files; default tests/dev/cases/*.py)
-#   variants: tests/dev/pool_variants.py (VARIANT_ONLY: problem names, VARIANTS: variant labels)
+#   variants: tests/dev/pool_variants.py (VARIANT_ONLY: problem names, VARIANTS: variant labels, VARIANT_ARGS: e.g. --compile)
 #   profilepool: tests/dev/profile_pool.py per kernel (PROFILE_ONLY: bench_pool names, default three max pools)
 #   staged: tests/dev/pool3d_staged.py, the staged separable 3-d max-pool forward against kgen's (docs/notes/pool_plan.md)
 #   ab: tests/dev/time_generated.py on AB_PROBLEM with AB_MODULES ("LABEL=path/model_new.py ..."), in AB_MODES (default
@@ -79,7 +79,7 @@ for stage in "$@"; do
     saveab) path sm90; run saveab ${SAVEAB_SECS:-240} python3 tests/dev/save_policy_ab.py --tf32 ;;
     sanitize) path sm90; run sanitize ${SANITIZE_SECS:-400} bash tests/device/sanitize.sh ;;
     staged) path sm90; run staged ${STAGED_SECS:-240} python3 tests/dev/pool3d_staged.py --tdo 2 --tho 2 4 ;;
-    variants) path sm90; run variants ${VARIANT_SECS:-400} python3 tests/dev/pool_variants.py ${VARIANT_ONLY:+--only $VARIANT_ONLY} ${VARIANTS:+--variants $VARIANTS} ;;
+    variants) path sm90; run variants ${VARIANT_SECS:-400} python3 tests/dev/pool_variants.py ${VARIANT_ONLY:+--only $VARIANT_ONLY} ${VARIANTS:+--variants $VARIANTS} ${VARIANT_ARGS:-} ;;
     profile) path sm90; for t in "" --tf32; do run "profile$t" 240 python3 tests/dev/profile_conv.py $t ${PROFILE_ARGS:-} ${PROFILE_ONLY:-conv3x3_relu_bias conv3x3_hardswish_maxpool_mish}; done ;;
     *) echo "unknown stage $stage" | tee -a "$SUMMARY" ;;
   esac
