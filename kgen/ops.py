@@ -436,6 +436,8 @@ def normalize(node: fx.Node, gm: fx.GraphModule) -> Op:
                   dtype, inplace)
     if (node.op == "call_function" and node.target in _VIEW_FUNCS) or (node.op == "call_method" and node.target in _VIEW_METHODS):
         return Op("view", {}, shape, in_shape, at, label, None, dtype)  # the traced shapes say all (sizes may be run-time)
+    if node.op == "call_function" and node.target in CONV_FUNCS:
+        return _functional_conv(node, gm, in_shape, shape, dtype, at, label)
     args = tuple(_const(a, node, "an argument") for a in node.args[1:])
     kwargs = {k: _const(v, node, k) for k, v in node.kwargs.items()}
 
@@ -468,8 +470,6 @@ def normalize(node: fx.Node, gm: fx.GraphModule) -> Op:
             params = pool_params(form.op, form.nd, p, in_shape, label)
             params["returns_tuple"] = form.returns_tuple or params["return_indices"]
             return op("pool", params, label)
-        if fn in (F.conv2d, torch.conv2d):
-            raise Unsupported(f"{at}: F.conv2d with explicit weights: write the convolution as nn.Conv2d so kgen can mirror its parameters")
         if fn in _REDUCE_FUNCS or fn in _EXTREMA:
             return _reduction(_REDUCE_FUNCS.get(fn) or _EXTREMA[fn], args, kwargs, len(in_shape), op, label)
         if fn is operator.getitem:
@@ -484,6 +484,44 @@ def normalize(node: fx.Node, gm: fx.GraphModule) -> Op:
             return _reduction(node.target, args, kwargs, len(in_shape), op, label)
         return op("other", {}, label)
     return op("other", {}, label)
+
+
+CONV_FUNCS = (F.conv2d, torch.conv2d)
+_CONV_FUNC_ARGS = ("weight", "bias", "stride", "padding", "dilation", "groups")
+
+
+def _model_tensor(v: Any, gm: fx.GraphModule, at: str, what: str) -> str | None:
+    """The qualified name of the model parameter or buffer that v reads (None for None), or Unsupported."""
+    if v is None:
+        return None
+    if not isinstance(v, fx.Node) or v.op != "get_attr" or re.fullmatch(r"_tensor_constant\d+", v.target) \
+            or not isinstance(attribute(gm, v.target), torch.Tensor):
+        raise Unsupported(f"{at}: F.conv2d's {what} is not one of the model's parameters or buffers; kgen takes the "
+                          f"{what} as a tensor registered on the model (self.<name> = nn.Parameter(...)) or an nn.Conv2d")
+    return v.target
+
+
+def _functional_conv(node: fx.Node, gm: fx.GraphModule, in_shape: tuple[int, ...], shape: tuple[int, ...],
+                     dtype: torch.dtype | None, at: str, label: str) -> Op:
+    """F.conv2d / torch.conv2d on the model's own weight (and bias) tensors, as the Op nn.Conv2d gives: channels and
+    kernel from the weight's shape, PyTorch's defaults for the other arguments."""
+    p = _bind(node.args[1:], node.kwargs, _CONV_FUNC_ARGS, {"bias": None, "stride": 1, "padding": 0, "dilation": 1, "groups": 1})
+    weight, bias = _model_tensor(p.get("weight"), gm, at, "weight"), _model_tensor(p["bias"], gm, at, "bias")
+    if weight is None:
+        raise Unsupported(f"{at}: {label} without a weight")
+    for k in ("stride", "padding", "dilation", "groups"):
+        _const(p[k], node, k)
+    w = attribute(gm, weight)
+    if w.dim() != 4:
+        raise Unsupported(f"{at}: {label} with a {w.dim()}-d weight; kgen takes a 4-d (out, in / groups, kh, kw) weight")
+    k, d = (int(w.shape[2]), int(w.shape[3])), pair(p["dilation"], "dilation")
+    before, after = _conv_padding(p["padding"], k, d)
+    return Op("conv2d", {
+        "in_channels": int(w.shape[1]) * int(p["groups"]), "out_channels": int(w.shape[0]), "kernel": k,
+        "stride": pair(p["stride"], "stride"), "padding": before, "padding_end": after, "dilation": d,
+        "groups": int(p["groups"]), "bias": bias is not None, "padding_mode": "zeros",
+        "weight_name": weight, "bias_name": bias,
+    }, shape, in_shape, at, label, None, dtype)
 
 
 def _reduction(name: str, args: tuple, kwargs: dict, rank: int, op: Callable[..., Op], label: str) -> Op:
@@ -512,7 +550,9 @@ def chain(problem: Problem) -> list[Op]:
         if node.op in ("placeholder",):
             continue
         if node.op == "get_attr":
-            raise Unsupported(f"{where(node)}: reads the attribute self.{node.target} directly; kgen supports parameters only inside nn.Conv2d")
+            raise Unsupported(f"{where(node)}: reads the model's tensor self.{node.target}; kgen takes model tensors only in "
+                              "a convolution block (an nn.Conv2d or F.conv2d weight and bias, and scalar or per-channel "
+                              "tensors in the pointwise ops after it)")
         if node.op == "output":
             if node.args[0] is not prev:
                 raise Unsupported("Model.forward returns something other than the last op's result")

@@ -20,9 +20,12 @@ import math
 import random
 import shutil
 import subprocess
+from types import SimpleNamespace
+from unittest import mock
 
 import pytest
 import torch
+import torch.nn as nn
 import torch.nn.functional as F
 
 from kgen import emit
@@ -38,21 +41,47 @@ NAME = "conv2d_epilogue"
 CONV_ARGS = ("in_channels", "out_channels", "kernel_size")
 
 
+# F.conv2d forms (conv_epilogue_problem's `form`): the model's own weight and bias, drawn as nn.Conv2d's
+# reset_parameters draws them ("functional") or each by torch.randn ("functional_randn"), under any names
+FUNCTIONAL_INIT = {
+    "functional": ["nn.init.kaiming_uniform_(self.w, a=math.sqrt(5))",
+                   "nn.init.uniform_(self.b, -1 / math.sqrt(fan_in), 1 / math.sqrt(fan_in))"],
+    "functional_randn": ["self.w.data = torch.randn(self.w.shape) * 0.05", "self.b.data = torch.randn(self.b.shape) * 0.1"],
+    "functional_kaiming": ["nn.init.kaiming_uniform_(self.w, a=math.sqrt(5))", "nn.init.zeros_(self.b)"],
+}
+
+
 def conv_epilogue_problem(shape, conv: dict, forward, init=(), args: dict | None = None, fill: str = "rand",
-                          dtype: str = "float32") -> str:
+                          dtype: str = "float32", form: str = "module") -> str:
     """A KernelBench-style problem file: Model(in_channels, out_channels, kernel_size, *args) builds
     self.conv = nn.Conv2d(in_channels, out_channels, kernel_size, <the other conv kwargs as literals>) then runs the
     `init` lines; forward is the `forward` lines (the first calls self.conv); module-level constants feed
-    get_inputs() (torch.<fill> of `shape`) and get_init_inputs()."""
+    get_inputs() (torch.<fill> of `shape`) and get_init_inputs(). form "functional" / "functional_randn" (the
+    keys of FUNCTIONAL_INIT): self.conv is instead a method calling F.conv2d with the model's tensors self.w and
+    self.b (no self.b where bias=False), drawn as FUNCTIONAL_INIT says."""
     n, c, h, w = shape
     assert c == conv["in_channels"], (shape, conv)
     values = {**{k: conv[k] for k in CONV_ARGS}, **(args or {})}
     rest = "".join(f", {k}={v!r}" for k, v in conv.items() if k not in CONV_ARGS)
+    if form == "module":
+        conv_lines, method = "self.conv = nn.Conv2d(in_channels, out_channels, kernel_size" + rest + ")", ""
+    else:
+        kw = {k: v for k, v in conv.items() if k not in CONV_ARGS and k not in ("bias", "padding_mode")}
+        bias = conv.get("bias", True)
+        lines = ["k = kernel_size if isinstance(kernel_size, tuple) else (kernel_size, kernel_size)",
+                 f"fan_in = in_channels // {kw.get('groups', 1)} * k[0] * k[1]",
+                 f"self.w = nn.Parameter(torch.empty(out_channels, in_channels // {kw.get('groups', 1)}, *k))"]
+        lines += ["self.b = nn.Parameter(torch.empty(out_channels))"] if bias else []
+        lines += FUNCTIONAL_INIT[form][: 2 if bias else 1]
+        conv_lines = "\n        ".join(lines)
+        args_text = "".join(f", {k}={v!r}" for k, v in kw.items())
+        method = (f"\n    def conv(self, x):\n        return F.conv2d(x, self.w, {'self.b' if bias else 'None'}{args_text})\n")
     init_lines = "".join(f"\n        {line}" for line in init)
     body = "\n".join(f"        {line}" for line in forward)
     constants = "\n".join(f"{k} = {v!r}" for k, v in values.items())
     dt = "" if dtype == "float32" else f", dtype=torch.{dtype}"
-    return f'''import torch
+    head = "" if form == "module" else "import math\n\n"
+    return f'''{head}import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
@@ -60,8 +89,8 @@ import torch.nn.functional as F
 class Model(nn.Module):
     def __init__(self, {", ".join(values)}):
         super().__init__()
-        self.conv = nn.Conv2d(in_channels, out_channels, kernel_size{rest}){init_lines}
-
+        {conv_lines}{init_lines}
+{method}
     def forward(self, x):
 {body}
 
@@ -347,10 +376,24 @@ _TABLE += [
     ("pw_lone_k1_ci200_co130_w30", 0, (2, 200, 5, 6), conv(200, 130, 1), ["return self.conv(x)"], [], {}),
 ]
 
+# F.conv2d on the model's own tensors (conv_epilogue_problem's forms): drawn as nn.Conv2d draws them, or by torch.randn
+# under other names; a halo forward with a per-channel parameter, groups at stride 2 without a bias into a pooling
+# stage and a channel mean, and a lone 'same' dilated conv
+_FUNCTIONAL = [
+    ("functional_relu_bias_c", 2, (2, 8, 14, 17), conv(8, 16, 3, padding=1), CONV_IN + ["x = torch.relu(x)", "return x + self.bias"],
+     ["self.bias = nn.Parameter(torch.randn(16, 1, 1))"], {}, "functional"),
+    ("functional_randn_groups2_s2_no_bias_silu_maxpool2_mean_c", 1, (2, 6, 21, 19), conv(6, 12, 3, stride=2, groups=2, bias=False),
+     CONV_IN + ["x = F.silu(x)", "x = F.max_pool2d(x, 2)", "return x.mean(dim=1)"], [], {}, "functional_randn"),
+    ("functional_randn_lone_same_k35_dil21", 0, (2, 3, 16, 18), conv(3, 5, (3, 5), padding="same", dilation=(2, 1)),
+     ["return self.conv(x)"], [], {}, "functional_randn"),
+]
+
 CASES: list[tuple[str, str]] = [(cid, conv_epilogue_problem(shape, c, fwd, init, args))
                                 for cid, _, shape, c, fwd, init, args in _TABLE]
+CASES += [(cid, conv_epilogue_problem(shape, c, fwd, init, args, form=form))
+          for cid, _, shape, c, fwd, init, args, form in _FUNCTIONAL]
 CASE = dict(CASES)
-CASE_OPS = {row[0]: row[1] for row in _TABLE}
+CASE_OPS = {row[0]: row[1] for row in _TABLE + _FUNCTIONAL}
 
 # The hardening matrix and the runtime tier (CUDA graphs, torch.compile, streams, a second GPU) run this one: the
 # conv with a per-channel parameter, then a max-pooling stage and a reduction stage with their programs.
@@ -675,7 +718,9 @@ def _random_case(rng: random.Random) -> tuple[str, int]:
         forward, init, n_ops = _random_program(rng)
         if fold or rng.random() < 0.5:
             n_ops += _random_tail(rng, forward, init, fold)
-        source = conv_epilogue_problem(shape, kw, forward, init, fill=rng.choice(("rand", "randn")))
+        fill = rng.choice(("rand", "randn"))
+        form = "functional" if rng.random() < 0.2 else "module"  # F.conv2d, its tensors drawn as nn.Conv2d's
+        source = conv_epilogue_problem(shape, kw, forward, init, fill=fill, form=form)
         if _valid(source):
             return source, n_ops
 
@@ -699,10 +744,32 @@ def _spec(source: str):
     return spec
 
 
+def _conv_arguments(model: nn.Module, x: torch.Tensor) -> SimpleNamespace:
+    """The convolution's arguments as nn.Conv2d holds them (pairs; padding a pair or a string) and its tensors'
+    names: read off model.conv where it is an nn.Conv2d, else recorded from the F.conv2d call model.conv(x) makes."""
+    if isinstance(model.conv, nn.Conv2d):
+        c = model.conv
+        return SimpleNamespace(groups=c.groups, kernel_size=c.kernel_size, stride=c.stride, dilation=c.dilation,
+                               padding=c.padding, names=("conv.weight", "conv.bias" if c.bias is not None else None))
+    seen = []
+    conv2d = F.conv2d
+
+    def record(inp, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+        seen.append(SimpleNamespace(groups=groups, kernel_size=tuple(weight.shape[2:]), stride=_pair(stride),
+                                    dilation=_pair(dilation), padding=padding if isinstance(padding, str) else _pair(padding),
+                                    names=tuple(next((n for n, t in model.named_parameters() if t is v), None)
+                                                for v in (weight, bias))))
+        return conv2d(inp, weight, bias, stride, padding, dilation, groups)
+    with mock.patch.object(F, "conv2d", record):
+        model.conv(x)
+    assert len(seen) == 1, seen
+    return seen[0]
+
+
 def check_spec(source: str, n_ops: int) -> None:
     spec = _spec(source)
     model, x, y = _meta_run(source)
-    conv_mod = model.conv
+    conv_mod = _conv_arguments(model, x)
     assert (spec.CI, spec.H, spec.W) == tuple(x.shape[1:])
     assert (spec.CO, spec.HO, spec.WO) == tuple(model.conv(x).shape[1:])
     assert (spec.stages[-1].out_shape if spec.stages else (x.shape[0], spec.CO, spec.HO, spec.WO)) == tuple(y.shape)
@@ -712,9 +779,7 @@ def check_spec(source: str, n_ops: int) -> None:
         assert (spec.PH, spec.PW) == tuple(d * (k - 1) // 2 for k, d in zip(conv_mod.kernel_size, conv_mod.dilation))
     else:
         assert (spec.PH, spec.PW) == ((0, 0) if conv_mod.padding == "valid" else tuple(conv_mod.padding))
-    has_bias = conv_mod.bias is not None
-    assert spec.HAS_BIAS == has_bias and spec.weight_name == "conv.weight"
-    assert spec.bias_name == ("conv.bias" if has_bias else None)
+    assert (spec.weight_name, spec.bias_name) == conv_mod.names and spec.HAS_BIAS == (conv_mod.names[1] is not None)
     assert len(spec.program.nodes) + sum(len(st.program.nodes) for st in spec.stages) == n_ops, str(spec.program)
 
 
@@ -866,7 +931,9 @@ RELU = ["x = torch.relu(self.conv(x))"]  # in scope; the refused op follows on i
     (conv_epilogue_problem(SHAPE, CONV, RELU + ["return self.conv2(x)"], ["self.conv2 = nn.Conv2d(out_channels, out_channels, 1)"]),
      r"self\.conv2\b"),
     (conv_epilogue_problem(SHAPE, dict(CONV, dtype=torch.float64), CONV_IN + ["return torch.relu(x)"], dtype="float64"), "float64"),
-], ids=["padding_mode", "batchnorm", "softmax", "second_conv", "float64"])
+    (conv_epilogue_problem(SHAPE, CONV, ["return F.conv2d(x, self.w * 2.0, self.b)"], form="functional"),
+     "F.conv2d's weight is not one of the model's parameters or buffers"),
+], ids=["padding_mode", "batchnorm", "softmax", "second_conv", "float64", "computed_weight"])
 def test_out_of_scope_is_refused_naming_the_op(source, message):
     with pytest.raises(Unsupported, match=message):
         match(load_problem(write_problem(source)))
@@ -1940,6 +2007,34 @@ def test_initialization_recipes_are_found_in_models_draw_order(init, expr):
     spec = _spec(src)
     plan = fam.init_plan(spec, load_problem(write_problem(src)))
     assert plan == [dict(kind="conv"), dict(kind="tensor", name="scale", expr=expr)]
+
+
+@pytest.mark.parametrize("form,plan", [
+    ("functional", [dict(kind="conv"), dict(kind="tensor", name="scale", expr="torch.rand((8, 1, 1))")]),
+    ("functional_kaiming", [dict(kind="tensor", name="w", expr="nn.init.kaiming_uniform_(torch.empty((8, 3, 3, 3)), a=math.sqrt(5))"),
+                            dict(kind="tensor", name="b", expr="torch.full((8,), 0.0)"),
+                            dict(kind="tensor", name="scale", expr="torch.rand((8, 1, 1))")]),
+    ("functional_randn", [dict(kind="tensor", name="w", expr="torch.randn((8, 3, 3, 3)) * 0.05"),
+                          dict(kind="tensor", name="b", expr="torch.randn((8,)) * 0.1"),
+                          dict(kind="tensor", name="scale", expr="torch.rand((8, 1, 1))")]),
+])
+def test_functional_conv_tensors_are_drawn_as_model_draws_them(form, plan):
+    """F.conv2d's weight and bias: drawn together as nn.Conv2d draws them where Model does that, else each by its own
+    recipe, in Model's order; ModelNew holds them under Model's names with Model's values under any seed."""
+    src = conv_epilogue_problem((2, 3, 12, 13), conv(3, 8, 3), CONV_IN + ["return x * self.scale"],
+                                ["self.scale = nn.Parameter(torch.rand(out_channels, 1, 1))"], form=form)
+    spec = _spec(src)
+    assert (spec.weight_name, spec.bias_name) == ("w", "b")
+    assert fam.init_plan(spec, load_problem(write_problem(src))) == plan
+    ns: dict = {"__name__": "x"}
+    exec(compile(emit.generate(write_problem(src)).files["model_new.py"], "<model_new.py>", "exec"), ns)
+    user = _user(src)
+    for seed in (3, 42):
+        torch.manual_seed(seed)
+        want = user["Model"](*user["get_init_inputs"]()).state_dict()
+        torch.manual_seed(seed)
+        got = ns["ModelNew"](*user["get_init_inputs"]()).state_dict()
+        assert list(got) == list(want) and all(torch.equal(got[k], want[k]) for k in want)
 
 
 def test_unknown_initialization_warns_and_keeps_the_state_dict_layout():

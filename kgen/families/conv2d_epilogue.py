@@ -40,7 +40,7 @@ from kgen import cudnn_tf32
 from kgen.errors import Unsupported
 from kgen.family import attr_expr, conv2d_default_init, holder_modules, template_context
 from kgen.geometry import ceil_div, conv_out_size, pool_out_size, windows_disjoint
-from kgen.ops import Op, attribute, between, normalize, pointwise_program, where
+from kgen.ops import CONV_FUNCS, Op, attribute, between, normalize, pointwise_program, where
 from kgen.pointwise import Names, Program, derive_backward, emit_backward, emit_forward
 from kgen.problem import Problem
 
@@ -129,14 +129,17 @@ class Stage:
 
 
 def _conv_node(gm: fx.GraphModule) -> fx.Node | None:
-    """The nn.Conv2d call that reads the model's only input, when that is the input's only use."""
+    """The convolution that reads the model's only input, when that is the input's only use: an nn.Conv2d call, or
+    F.conv2d / torch.conv2d of the input (ops.normalize checks that its weight and bias are the model's tensors)."""
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     if len(placeholders) != 1 or len(placeholders[0].users) != 1:
         return None
     user = next(iter(placeholders[0].users))
-    if user.op != "call_module" or type(gm.get_submodule(user.target)) is not nn.Conv2d:
-        return None
-    return user
+    if user.op == "call_module" and type(gm.get_submodule(user.target)) is nn.Conv2d:
+        return user
+    if user.op == "call_function" and user.target in CONV_FUNCS and user.args and user.args[0] is placeholders[0]:
+        return user
+    return None
 
 
 def _meta_model(problem: Problem) -> nn.Module:
@@ -1470,6 +1473,10 @@ def _options(target: torch.Tensor, state: torch.Tensor) -> list[tuple[str, Calla
         if rf.numel() >= 2:
             out += [(f"{call} * {a!r} + {b!r}", lambda base=base, a=a, b=b: base(shape) * a + b)
                     for a in _literals(a0) for b in _literals(b0)]
+    if target.dim() >= 2:  # nn.init.kaiming_uniform_ as nn.Conv2d and nn.Linear draw their weights (last: the
+        # simpler recipes above win where both give the same values, as with one input per output)
+        out.append((f"nn.init.kaiming_uniform_(torch.empty({shape!r}), a=math.sqrt(5))",
+                    lambda: nn.init.kaiming_uniform_(torch.empty(shape), a=math.sqrt(5))))
     return out
 
 
@@ -1504,9 +1511,14 @@ def init_plan(spec: Spec, problem: Problem) -> list[dict] | None:
         return None
     saved = torch.get_rng_state()
     wants = [_model_tensors(spec, problem, seed) for seed in SEEDS]
-    items = ["conv"] + [p.name for p in all_params(spec)]
+    params = [p.name for p in all_params(spec)]
     found = None
-    for order in itertools.permutations(items) if len(items) <= 5 else [tuple(items)]:
+    # nn.Conv2d's parameters are drawn together, as it draws them; F.conv2d's tensors may be too (a copy of its
+    # reset_parameters), or each by its own recipe
+    separate = [n for n in (spec.weight_name, spec.bias_name) if n]
+    lists = [["conv"] + params] + ([separate + params] if _conv_node(problem.gm).op == "call_function" else [])
+    orders = [order for items in lists for order in (itertools.permutations(items) if len(items) <= 5 else [tuple(items)])]
+    for order in orders:
         states = []
         for seed in SEEDS:
             torch.manual_seed(seed)
@@ -1547,15 +1559,25 @@ def module_context(spec: Spec, problem: Problem) -> dict:
                       "equal parameters", stacklevel=2)
         plan = [dict(kind="conv")] + [dict(kind="tensor", name=p.name, expr=f"torch.randn({p.shape!r})")
                                       for p in all_params(spec)]
-    kinds = {p.name: p.kind for p in all_params(spec)}
+    model = _meta_model(problem)
+    conv_tensors = [n for n in (spec.weight_name, spec.bias_name) if n]
+    kinds = {**{n: _param_kind(model, n) for n in conv_tensors}, **{p.name: p.kind for p in all_params(spec)}}
     for step in plan:
         if step["kind"] == "tensor":
             owner, _, leaf = step["name"].rpartition(".")
             step.update(owner=owner, leaf=leaf, tensor_kind=kinds[step["name"]])
+    conv_path = spec.weight_name.rpartition(".")[0]
+    # nn.Conv2d's parameters are created on an empty module at its path; F.conv2d's weight and bias are the model's
+    # own tensors under any names, each registered where Model holds it (as a parameter or a buffer)
+    module = _conv_node(problem.gm).op == "call_module"
     return {
-        "holders": holder_modules([spec.weight_name] + [p.name for p in all_params(spec)]),
-        "conv_path": spec.weight_name.rsplit(".", 1)[0],
-        "conv_expr": attr_expr(spec.weight_name.rsplit(".", 1)[0]),
+        "holders": holder_modules(conv_tensors + [p.name for p in all_params(spec)]),
+        "conv_module": module,
+        "conv_path": conv_path,
+        "conv_tensors": [dict(zip(("owner", "leaf"), n.rpartition(".")[::2]), expr=attr_expr(n), kind=kinds[n])
+                         for n in conv_tensors],
+        "weight_expr": attr_expr(spec.weight_name),
+        "bias_expr": attr_expr(spec.bias_name) if spec.bias_name else "None",
         "param_exprs": [attr_expr(p.name) for p in all_params(spec)],
         "init_plan": plan,
         "fan_in": spec.CI // spec.G * spec.KH * spec.KW,
