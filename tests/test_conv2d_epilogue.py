@@ -933,7 +933,9 @@ RELU = ["x = torch.relu(self.conv(x))"]  # in scope; the refused op follows on i
     (conv_epilogue_problem(SHAPE, dict(CONV, dtype=torch.float64), CONV_IN + ["return torch.relu(x)"], dtype="float64"), "float64"),
     (conv_epilogue_problem(SHAPE, CONV, ["return F.conv2d(x, self.w * 2.0, self.b)"], form="functional"),
      "F.conv2d's weight is not one of the model's parameters or buffers"),
-], ids=["padding_mode", "batchnorm", "softmax", "second_conv", "float64", "computed_weight"])
+    (conv_epilogue_problem(SHAPE, CONV, RELU + ["x = x.mean(dim=(2, 3))", "return x - self.bias.view(1, -1)"],
+                           ["self.bias = nn.Parameter(torch.randn(out_channels, 1, 1))"]), r"Tensor\.view of the model's tensor self\.bias"),
+], ids=["padding_mode", "batchnorm", "softmax", "second_conv", "float64", "computed_weight", "param_view"])
 def test_out_of_scope_is_refused_naming_the_op(source, message):
     with pytest.raises(Unsupported, match=message):
         match(load_problem(write_problem(source)))

@@ -235,6 +235,10 @@ def _tail(gm: fx.GraphModule, conv: fx.Node, conv_shape: tuple[int, ...], out: f
         inp = node.args[0] if node.args else None
         if not isinstance(inp, fx.Node):
             raise Unsupported(f"{op.where}: {op.label} does not take a value computed from the convolution")
+        if inp.op == "get_attr":
+            raise Unsupported(f"{op.where}: {op.label} of the model's tensor self.{inp.target}: the {NAME} family reads "
+                              "model tensors as registered; register it in the shape it is used in (a scalar, or one "
+                              "value per channel shaped to broadcast)")
         if len([u for u in inp.users if not _meta_read(u)]) != 1:
             raise Unsupported(f"{op.where}: the value {op.label} reads is also used elsewhere; after the convolution the "
                               f"{NAME} family takes pointwise programs joined by pooling, reductions and views")
