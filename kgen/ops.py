@@ -124,7 +124,19 @@ POINTWISE_FUNCS: dict[Callable, PointwiseForm] = {
     torch.true_divide: _pw2("div"),
     torch.maximum: _pw2("maximum"), torch.minimum: _pw2("minimum"),
     torch.max: _pw2("maximum"), torch.min: _pw2("minimum"),  # only with a tensor second operand (else a reduction)
+    torch.pow: _pw("pow", "exponent"), operator.pow: _pw("pow", "exponent"),  # a constant exponent
+    F.logsigmoid: _pw("logsigmoid"), F.tanhshrink: _pw("tanhshrink"),
+    F.softshrink: _pw("softshrink", "lambd", lambd=0.5), F.hardshrink: _pw("hardshrink", "lambd", lambd=0.5),
+    F.threshold: _pw("threshold", "threshold", "value", "inplace", inplace=False),
+    F.threshold_: _pw("threshold", "threshold", "value", inplace=True),
+    torch.threshold: _pw("threshold", "threshold", "value"), torch.threshold_: _pw("threshold", "threshold", "value", inplace=True),
 }
+for _name in ("square", "sqrt", "rsqrt", "reciprocal", "log", "log1p", "expm1", "erf", "sin", "cos"):
+    POINTWISE_FUNCS[getattr(torch, _name)] = _pw(_name)
+    POINTWISE_FUNCS[getattr(torch, _name + "_")] = _pw(_name, inplace=True)
+POINTWISE_FUNCS[torch.special.erf] = _pw("erf")
+POINTWISE_FUNCS[torch.special.expm1] = _pw("expm1")
+POINTWISE_FUNCS[torch.special.log1p] = _pw("log1p")
 
 POINTWISE_METHODS: dict[str, PointwiseForm] = {
     "relu": _pw("relu"), "relu_": _pw("relu", inplace=True), "sigmoid": _pw("sigmoid"),
@@ -140,7 +152,11 @@ POINTWISE_METHODS: dict[str, PointwiseForm] = {
     "mul_": _pw2("mul", inplace=True), "div": _DIV, "divide": _DIV, "true_divide": _pw2("div"),
     "div_": _pw2("div", "rounding_mode", inplace=True, rounding_mode=None),
     "maximum": _pw2("maximum"), "minimum": _pw2("minimum"), "max": _pw2("maximum"), "min": _pw2("minimum"),
+    "pow": _pw("pow", "exponent"), "pow_": _pw("pow", "exponent", inplace=True),
 }
+for _name in ("square", "sqrt", "rsqrt", "reciprocal", "log", "log1p", "expm1", "erf", "sin", "cos"):
+    POINTWISE_METHODS[_name] = _pw(_name)
+    POINTWISE_METHODS[_name + "_"] = _pw(_name, inplace=True)
 
 # module type -> (kind, the module attributes holding its parameters in the form's order)
 POINTWISE_MODULES: dict[type, tuple[str, tuple[str, ...]]] = {
@@ -149,6 +165,8 @@ POINTWISE_MODULES: dict[type, tuple[str, tuple[str, ...]]] = {
     nn.SiLU: ("silu", ()), nn.Mish: ("mish", ()), nn.Softplus: ("softplus", ("beta", "threshold")),
     nn.Sigmoid: ("sigmoid", ()), nn.Tanh: ("tanh", ()), nn.Hardtanh: ("hardtanh", ("min_val", "max_val")),
     nn.Hardswish: ("hardswish", ()), nn.Hardsigmoid: ("hardsigmoid", ()), nn.Softsign: ("softsign", ()),
+    nn.LogSigmoid: ("logsigmoid", ()), nn.Tanhshrink: ("tanhshrink", ()), nn.Softshrink: ("softshrink", ("lambd",)),
+    nn.Hardshrink: ("hardshrink", ("lambd",)), nn.Threshold: ("threshold", ("threshold", "value")),
 }
 
 _OPERATOR_SYMBOLS = {operator.add: "+", operator.sub: "-", operator.mul: "*", operator.truediv: "/", operator.neg: "unary -",

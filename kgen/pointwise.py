@@ -244,6 +244,18 @@ def _selu_consts(_: Mapping[str, Any], exact: bool) -> dict[str, float]:
     return {"scale": f32(SELU_SCALE), "negcoef": f32_mul(SELU_ALPHA, SELU_SCALE)}
 
 
+def _pow_consts(p: Mapping[str, Any], exact: bool) -> dict[str, float]:
+    # the exponent and exponent - 1 as PyTorch's Scalars: the difference taken in double, then cast for a float kernel
+    rnd = float if exact else f32
+    return {"exponent": rnd(p["exponent"]), "exponent_m1": rnd(float(p["exponent"]) - 1.0)}
+
+
+def _logsigmoid_vjp(v: SimpleNamespace) -> torch.Tensor:
+    neg = v.x < 0
+    z = torch.exp(-v.x.abs())
+    return v.g * (_w(neg, 1.0, 0.0) - _w(neg, 1.0, -1.0) * (z / (1 + z)))
+
+
 def _elu_ref(v: SimpleNamespace, negcoef: float, poscoef: float = 1.0, inscale: float = 1.0) -> torch.Tensor:
     return _w(v.x <= 0, v.g * inscale * negcoef * torch.exp(v.x * inscale), v.g * poscoef)
 
@@ -323,6 +335,47 @@ ROW_LIST: tuple[Row, ...] = (
         Form("{g} * expf({x})", lambda v: v.g * torch.exp(v.x)),
     ), torch.exp),
     _unary("neg", "-{x}", (Form("-{g}", lambda v: -v.g),), torch.neg),
+    # ---- powers, roots, logs and trigonometry: value and gradient as PyTorch's kernels and autograd formulas write them
+    _unary("square", "{x} * {x}", (Form("{g} * (2.0f * {x})", lambda v: v.g * (2 * v.x)),), torch.square),
+    _unary("pow", PW + "pow_scalar({x}, {exponent})", (
+        # pow_backward: grad * (exponent * x ** (exponent - 1)), zero for exponent 0
+        Form("{exponent} == 0.0f ? 0.0f : {g} * ({exponent} * " + PW + "pow_scalar({x}, {exponent_m1}))",
+             lambda v: v.g * (v.exponent * v.x ** v.exponent_m1) if v.exponent != 0 else v.g * 0.0),
+    ), lambda x, exponent: torch.pow(x, exponent), params=(("exponent", REQUIRED),), constants=_pow_consts),
+    _unary("sqrt", "sqrtf({x})", (
+        Form("{g} / (2.0f * {y})", lambda v: v.g / (2 * v.y)),  # grad / (2 * result)
+        Form("{g} / (2.0f * sqrtf({x}))", lambda v: v.g / (2 * torch.sqrt(v.x))),
+    ), torch.sqrt),
+    _unary("rsqrt", PW + "rsqrt({x})", (
+        Form("-0.5f * {g} * ({y} * {y} * {y})", lambda v: -0.5 * v.g * v.y ** 3),  # -0.5 * grad * result ** 3
+    ), torch.rsqrt),
+    _unary("reciprocal", "1.0f / {x}", (Form("-{g} * ({y} * {y})", lambda v: -v.g * (v.y * v.y)),), torch.reciprocal),
+    _unary("log", "logf({x})", (Form("{g} / {x}", lambda v: v.g / v.x),), torch.log),
+    _unary("log1p", "log1pf({x})", (Form("{g} / ({x} + 1.0f)", lambda v: v.g / (v.x + 1)),), torch.log1p),
+    _unary("expm1", "expm1f({x})", (
+        Form("{g} * ({y} + 1.0f)", lambda v: v.g * (v.y + 1)),  # grad * (result + 1)
+        Form("{g} * expf({x})", lambda v: v.g * torch.exp(v.x)),
+    ), torch.expm1),
+    _unary("erf", "erff({x})", (
+        Form("1.12837917f * expf(-({x} * {x})) * {g}", lambda v: 2 / math.sqrt(math.pi) * torch.exp(-v.x * v.x) * v.g),
+    ), torch.erf),
+    _unary("sin", "sinf({x})", (Form("{g} * cosf({x})", lambda v: v.g * torch.cos(v.x)),), torch.sin),
+    _unary("cos", "cosf({x})", (Form("{g} * -sinf({x})", lambda v: v.g * -torch.sin(v.x)),), torch.cos),
+    # ---- shrinks and thresholds (shrink_backward / threshold_backward: no gradient inside the band, NaN passes it)
+    _unary("logsigmoid", PW + "logsigmoid({x})", (Form(PW + "logsigmoid_vjp({g}, {x})", _logsigmoid_vjp),), F.logsigmoid),
+    _unary("tanhshrink", "{x} - tanhf({x})", (
+        Form("{g} - {g} * (1.0f - tanhf({x}) * tanhf({x}))", lambda v: v.g - v.g * (1 - torch.tanh(v.x) ** 2)),
+    ), F.tanhshrink),
+    _unary("softshrink", "{x} > {lambd} ? {x} - {lambd} : ({x} < -{lambd} ? {x} + {lambd} : {x} * 0.0f)", (
+        Form("({x} >= -{lambd} && {x} <= {lambd}) ? 0.0f : {g}", lambda v: _w((v.x >= -v.lambd) & (v.x <= v.lambd), 0.0, v.g)),
+    ), lambda x, lambd: F.softshrink(x, lambd), params=(("lambd", 0.5),),
+        check=lambda p: "lambd must not be negative" if p["lambd"] < 0 else None),
+    _unary("hardshrink", "({x} >= -{lambd} && {x} <= {lambd}) ? 0.0f : {x}", (
+        Form("({x} >= -{lambd} && {x} <= {lambd}) ? 0.0f : {g}", lambda v: _w((v.x >= -v.lambd) & (v.x <= v.lambd), 0.0, v.g)),
+    ), lambda x, lambd: F.hardshrink(x, lambd), params=(("lambd", 0.5),)),
+    _unary("threshold", "{x} <= {threshold} ? {value} : {x}", (
+        Form("{x} <= {threshold} ? 0.0f : {g}", lambda v: _w(v.x <= v.threshold, 0.0, v.g)),
+    ), lambda x, threshold, value: F.threshold(x, threshold, value), params=(("threshold", REQUIRED), ("value", REQUIRED))),
     # ---- clamp family: the gradient passes where min <= x <= max (bounds included), none for NaN
     _unary("clamp", PW + "clamp({x}, {min}, {max})", (
         Form("({x} >= {min} && {x} <= {max}) ? {g} : 0.0f", lambda v: _w((v.x >= v.min) & (v.x <= v.max), v.g, 0.0)),

@@ -436,6 +436,17 @@ UNARY = {
     "clamp": (("torch.clamp({v}, {lo}, {hi})", "{v}.clamp(min={lo}, max={hi})", "torch.clip({v}, {lo}, {hi})"), lambda m, p: 2),
     "clamp_min": (("torch.clamp({v}, min={lo})", "{v}.clamp_min({lo})"), lambda m, p: max(m, 1)),
     "clamp_max": (("torch.clamp_max({v}, {hi})", "{v}.clamp(max={hi})"), lambda m, p: max(m, 2)),
+    # beyond issue 9's list; continuous on the whole line (the roots, logs and reciprocals need a positive operand
+    # and hardshrink / threshold jump at their bands: tests/test_pointwise.py checks those rows)
+    "square": (("torch.square({v})", "{v} ** 2", "{v}.pow(2)"), lambda m, p: m * m),
+    "pow": (("{v} ** 3", "torch.pow({v}, 3)"), lambda m, p: m ** 3),
+    "expm1": (("torch.expm1({v})", "{v}.expm1()"), lambda m, p: math.exp(m)),  # drawn only for m <= EXP_MAX
+    "erf": (("torch.erf({v})", "{v}.erf()", "torch.special.erf({v})"), lambda m, p: 1),
+    "sin": (("torch.sin({v})", "{v}.sin()"), lambda m, p: 1),
+    "cos": (("torch.cos({v})",), lambda m, p: 1),
+    "logsigmoid": (("F.logsigmoid({v})", "nn.LogSigmoid()"), lambda m, p: m + 1),
+    "tanhshrink": (("F.tanhshrink({v})", "nn.Tanhshrink()"), lambda m, p: m + 1),
+    "softshrink": (("F.softshrink({v}, {hi})", "nn.Softshrink({hi})"), lambda m, p: m),
 }
 EXP_MAX = 2.5  # exp only of values bounded by this (tanh, sigmoid, clamp, ... or a conv output scaled down)
 CONV_MAG = 4.0  # |conv output| with PyTorch's default init on rand/randn inputs, with margin
@@ -473,7 +484,7 @@ def _random_op(rng: random.Random, v: str, m: float, earlier: list[tuple[str, fl
     """One pointwise op on the value named v (|v| <~ m): (expression, __init__ line or None, bound of |result|)."""
     kind = rng.choices(("unary", "const", "param", "value"), (5, 2, 1.5, 1.5 if earlier else 0))[0]
     if kind == "unary":
-        names = [k for k in UNARY if k != "exp" or m <= EXP_MAX]
+        names = [k for k in UNARY if k not in ("exp", "expm1") or m <= EXP_MAX]
         forms, bound = UNARY["exp" if "exp" in names and rng.random() < 0.25 else rng.choice(names)]
         p = {k: rng.choice(vals) for k, vals in OP_PARAMS.items()}
         form = rng.choice(forms).format(v=v, **p)

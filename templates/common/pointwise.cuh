@@ -121,6 +121,34 @@ KGEN_PW_FN float softplus_vjp(float g, float x, float beta, float threshold) {
   return (x * beta) > threshold ? g : g * z / (z + 1.0f);
 }
 
+// x ** e for a constant e, as PyTorch's CUDA pow_tensor_scalar kernel computes it: products for 2 and 3, sqrt, rsqrt
+// and reciprocals for 0.5, -0.5, -1 and -2, powf otherwise (pow(x, 0) is 1, NaN included). The branches fold away
+// where e is a literal.
+KGEN_PW_FN float rsqrt(float x) {
+#if defined(__CUDA_ARCH__)
+  return rsqrtf(x);
+#else
+  return 1.0f / sqrtf(x);
+#endif
+}
+KGEN_PW_FN float pow_scalar(float x, float e) {
+  if (e == 2.0f) return x * x;
+  if (e == 3.0f) return x * x * x;
+  if (e == 0.5f) return sqrtf(x);
+  if (e == -0.5f) return rsqrt(x);
+  if (e == -1.0f) return 1.0f / x;
+  if (e == -2.0f) return 1.0f / (x * x);
+  return powf(x, e);
+}
+
+// log_sigmoid (ActivationLogSigmoidKernel.cu): min(x, 0) - log1p(exp(-|x|)); its derivative from x.
+KGEN_PW_FN float logsigmoid(float x) { return fminf(0.0f, x) - log1pf(expf(-fabsf(x))); }
+KGEN_PW_FN float logsigmoid_vjp(float g, float x) {
+  const bool neg = x < 0.0f;
+  const float z = expf(-fabsf(x));
+  return g * ((neg ? 1.0f : 0.0f) - (neg ? 1.0f : -1.0f) * (z / (1.0f + z)));
+}
+
 }  // namespace pw
 }  // namespace kgen
 
