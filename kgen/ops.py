@@ -131,7 +131,7 @@ POINTWISE_FUNCS: dict[Callable, PointwiseForm] = {
     F.threshold_: _pw("threshold", "threshold", "value", inplace=True),
     torch.threshold: _pw("threshold", "threshold", "value"), torch.threshold_: _pw("threshold", "threshold", "value", inplace=True),
 }
-for _name in ("square", "sqrt", "rsqrt", "reciprocal", "log", "log1p", "expm1", "erf", "sin", "cos"):
+for _name in ("square", "sqrt", "rsqrt", "reciprocal", "log", "log1p", "expm1", "erf"):
     POINTWISE_FUNCS[getattr(torch, _name)] = _pw(_name)
     POINTWISE_FUNCS[getattr(torch, _name + "_")] = _pw(_name, inplace=True)
 POINTWISE_FUNCS[torch.special.erf] = _pw("erf")
@@ -154,7 +154,7 @@ POINTWISE_METHODS: dict[str, PointwiseForm] = {
     "maximum": _pw2("maximum"), "minimum": _pw2("minimum"), "max": _pw2("maximum"), "min": _pw2("minimum"),
     "pow": _pw("pow", "exponent"), "pow_": _pw("pow", "exponent", inplace=True),
 }
-for _name in ("square", "sqrt", "rsqrt", "reciprocal", "log", "log1p", "expm1", "erf", "sin", "cos"):
+for _name in ("square", "sqrt", "rsqrt", "reciprocal", "log", "log1p", "expm1", "erf"):
     POINTWISE_METHODS[_name] = _pw(_name)
     POINTWISE_METHODS[_name + "_"] = _pw(_name, inplace=True)
 

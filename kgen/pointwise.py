@@ -359,8 +359,6 @@ ROW_LIST: tuple[Row, ...] = (
     _unary("erf", "erff({x})", (
         Form("1.12837917f * expf(-({x} * {x})) * {g}", lambda v: 2 / math.sqrt(math.pi) * torch.exp(-v.x * v.x) * v.g),
     ), torch.erf),
-    _unary("sin", "sinf({x})", (Form("{g} * cosf({x})", lambda v: v.g * torch.cos(v.x)),), torch.sin),
-    _unary("cos", "cosf({x})", (Form("{g} * -sinf({x})", lambda v: v.g * -torch.sin(v.x)),), torch.cos),
     # ---- shrinks and thresholds (shrink_backward / threshold_backward: no gradient inside the band, NaN passes it)
     _unary("logsigmoid", PW + "logsigmoid({x})", (Form(PW + "logsigmoid_vjp({g}, {x})", _logsigmoid_vjp),), F.logsigmoid),
     _unary("tanhshrink", "{x} - tanhf({x})", (

@@ -376,6 +376,18 @@ _TABLE += [
     ("pw_lone_k1_ci200_co130_w30", 0, (2, 200, 5, 6), conv(200, 130, 1), ["return self.conv(x)"], [], {}),
 ]
 
+# The rows beyond issue 9's list, all of them: roots, logs and reciprocals of a value kept >= 1, a fractional power;
+# erf and the shrinks before a pooling stage, logsigmoid, expm1, square and the two jumps after it
+_TABLE += [
+    ("rows_sqrt_log_rsqrt_reciprocal_pow15", 10, (2, 8, 13, 15), conv(8, 16, 3, padding=1),
+     CONV_IN + ["y = x * x + 1.0", "x = torch.sqrt(y) + torch.log(y) - torch.rsqrt(y) * torch.reciprocal(y)", "return x ** 1.5"],
+     [], {}),
+    ("rows_erf_shrinks_maxpool2_logsigmoid_expm1_square_threshold", 13, (2, 4, 14, 16), conv(4, 8, 3),
+     CONV_IN + ["x = torch.erf(x) + torch.tanh(x)", "x = F.softshrink(x, 0.25) + F.tanhshrink(x)",
+                "x = F.max_pool2d(x, 2)", "x = F.logsigmoid(x) + torch.expm1(x).square()",
+                "return F.hardshrink(x, 0.1) + F.threshold(x, -0.5, 0.0)"], [], {}),
+]
+
 # F.conv2d on the model's own tensors (conv_epilogue_problem's forms): drawn as nn.Conv2d draws them, or by torch.randn
 # under other names; a halo forward with a per-channel parameter, groups at stride 2 without a bias into a pooling
 # stage and a channel mean, and a lone 'same' dilated conv
@@ -442,8 +454,6 @@ UNARY = {
     "pow": (("{v} ** 3", "torch.pow({v}, 3)"), lambda m, p: m ** 3),
     "expm1": (("torch.expm1({v})", "{v}.expm1()"), lambda m, p: math.exp(m)),  # drawn only for m <= EXP_MAX
     "erf": (("torch.erf({v})", "{v}.erf()", "torch.special.erf({v})"), lambda m, p: 1),
-    "sin": (("torch.sin({v})", "{v}.sin()"), lambda m, p: 1),
-    "cos": (("torch.cos({v})",), lambda m, p: 1),
     "logsigmoid": (("F.logsigmoid({v})", "nn.LogSigmoid()"), lambda m, p: m + 1),
     "tanhshrink": (("F.tanhshrink({v})", "nn.Tanhshrink()"), lambda m, p: m + 1),
     "softshrink": (("F.softshrink({v}, {hi})", "nn.Softshrink({hi})"), lambda m, p: m),

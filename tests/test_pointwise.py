@@ -146,8 +146,9 @@ def test_every_issue_op_has_a_row():
     expected = {"relu", "relu6", "leaky_relu", "elu", "selu", "celu", "gelu", "gelu_tanh", "silu", "mish", "softplus",
                 "sigmoid", "tanh", "hardtanh", "hardswish", "hardsigmoid", "softsign", "abs", "exp", "clamp",
                 "clamp_min", "clamp_max", "minimum", "maximum", "neg", "add", "sub", "mul", "div"}
-    more = {"square", "pow", "sqrt", "rsqrt", "reciprocal", "log", "log1p", "expm1", "erf", "sin", "cos", "logsigmoid",
-            "tanhshrink", "softshrink", "hardshrink", "threshold"}  # beyond issue 9's list
+    # beyond issue 9's list (not sin / cos: CUDA's sinf / cosf reduce large arguments through a local-memory frame)
+    more = {"square", "pow", "sqrt", "rsqrt", "reciprocal", "log", "log1p", "expm1", "erf", "logsigmoid", "tanhshrink",
+            "softshrink", "hardshrink", "threshold"}
     assert set(ROWS) == expected | more
 
 
@@ -245,13 +246,18 @@ CONSTS = [0.5, -1.5, 2.0, 3.0, 0.25, 6.0, -0.75]
 UNARY = [n for n, r in ROWS.items() if r.arity == 1]
 BINARY = [n for n, r in ROWS.items() if r.arity == 2]
 # well-conditioned in float32 (for the float32 host tests): no division by a run-time value, no exp of exp, no ops
-# defined only on part of the line (log, roots, reciprocals, negative powers) or losing digits on large values (sin, cos)
-SAFE_UNARY = [n for n in UNARY if n not in ("exp", "expm1", "log", "log1p", "sqrt", "rsqrt", "reciprocal", "pow", "sin", "cos")]
+# defined only on part of the line (log, roots, reciprocals, negative powers)
+SAFE_UNARY = [n for n in UNARY if n not in ("exp", "expm1", "log", "log1p", "sqrt", "rsqrt", "reciprocal", "pow")]
 
 
-def random_program(rng: random.Random, n_nodes: int | None = None, safe: bool = False) -> Program:
+# rows whose value is NaN on part of the real line (finite operands): a later row's alternative gradient form may
+# pass a gradient where autograd's first form gives NaN at those points
+PARTIAL = ("log", "log1p", "sqrt", "rsqrt", "pow")
+
+
+def random_program(rng: random.Random, n_nodes: int | None = None, safe: bool = False, whole_line: bool = False) -> Program:
     """A random program: chains and DAGs (values reused, diamonds), constants in either operand order, scalar and
-    per-channel parameters, every row with random parameters."""
+    per-channel parameters, every row with random parameters (with whole_line, none of PARTIAL's rows)."""
     n_nodes = n_nodes or rng.randint(1, 7)
     values = [X]
     nodes = []
@@ -259,7 +265,7 @@ def random_program(rng: random.Random, n_nodes: int | None = None, safe: bool = 
     for _ in range(n_nodes):
         src = values[-1] if rng.random() < 0.6 else rng.choice(values)
         if rng.random() < 0.55:
-            name = rng.choice(SAFE_UNARY if safe else UNARY)
+            name = rng.choice(SAFE_UNARY if safe else [n for n in UNARY if n not in PARTIAL] if whole_line else UNARY)
             nodes.append(node(name, src, **rng.choice(PARAMS.get(name, [{}]))))
         else:
             name = rng.choice(BINARY)
@@ -366,7 +372,7 @@ def test_alternative_forms_match_autograd():
     """Backwards that may not read the input (y-forms where a row has them) or may read only some values."""
     used = 0
     for seed in range(400):  # enough draws to reach rows with a second form among the table's single-form ones
-        program = random_program(random.Random(1000 + seed))
+        program = random_program(random.Random(1000 + seed), whole_line=True)
         everything = {Ref.node(i) for i in range(len(program.nodes))}
         for available in (everything, everything - {Ref.node(i) for i in range(0, len(program.nodes), 2)} | {X}):
             try:
