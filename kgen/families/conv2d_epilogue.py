@@ -1578,8 +1578,7 @@ def module_context(spec: Spec, problem: Problem) -> dict:
         "holders": holder_modules(conv_tensors + [p.name for p in all_params(spec)]),
         "conv_module": module,
         "conv_path": conv_path,
-        "conv_tensors": [dict(zip(("owner", "leaf"), n.rpartition(".")[::2]), expr=attr_expr(n), kind=kinds[n])
-                         for n in conv_tensors],
+        "conv_tensors": [dict(zip(("owner", "leaf"), n.rpartition(".")[::2]), kind=kinds[n]) for n in conv_tensors],
         "weight_expr": attr_expr(spec.weight_name),
         "bias_expr": attr_expr(spec.bias_name) if spec.bias_name else "None",
         "param_exprs": [attr_expr(p.name) for p in all_params(spec)],
