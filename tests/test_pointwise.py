@@ -13,6 +13,7 @@ pointwise ops and DAG programs from traced models (kgen/ops.py). CPU only:
 
 from __future__ import annotations
 
+import hashlib
 import math
 import random
 import re
@@ -510,6 +511,50 @@ def test_cuda_expressions_evaluated_in_float32_match_autograd(tmp_path):
                                        msg=lambda m: f"{name}{params} d/d{ROWS[name].operands[k]} form {f}: {m}")
 
 
+@pytest.mark.gpu
+def test_rows_on_the_gpu_match_pytorch_cuda():
+    """Each row's value and every gradient form in a CUDA kernel (the device's libm, as the generated kernels call it)
+    against PyTorch's own CUDA kernels and autograd in float32 on the same points: the host test above checks the
+    formulas, this one what the GPU makes of them (float32 math library, fast exp and division where rows use them)."""
+    from torch.utils.cpp_extension import load_inline
+
+    plan, kernels, decls = [], [], []
+    for i, (name, params) in enumerate(CASES):
+        r = ROWS[name]
+        env = _row_env(name, params)
+        forms = [(k, f, form) for k, forms in enumerate(r.grads) for f, form in enumerate(forms) if form.valid(r.bind(params))]
+        loads = "".join(f"  const float {o} = in[{k + 1} * n + i];\n" for k, o in enumerate(r.operands))
+        outs = "".join(f"  out[{j + 1} * n + i] = {form.c.format(**env, y='y', g='g')};\n" for j, (_, _, form) in enumerate(forms))
+        kernels.append(f"__global__ void row{i}(const float* in, float* out, int n) {{\n"
+                       "  const int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i >= n) return;\n"
+                       f"  const float g = in[i];\n{loads}  const float y = {r.value.format(**env)};\n  out[i] = y;\n{outs}}}\n"
+                       f"void run{i}(torch::Tensor in, torch::Tensor out) {{\n"
+                       "  const int n = (int)(out.size(1));\n"
+                       f"  row{i}<<<(n + 127) / 128, 128, 0, c10::cuda::getCurrentCUDAStream()>>>(in.data_ptr<float>(), out.data_ptr<float>(), n);\n"
+                       "  C10_CUDA_KERNEL_LAUNCH_CHECK();\n}\n")
+        decls.append(f"void run{i}(torch::Tensor in, torch::Tensor out);")
+        plan.append((name, params, forms))
+    source = "#include <torch/extension.h>\n#include <c10/cuda/CUDAStream.h>\n#include <c10/cuda/CUDAException.h>\n" \
+             '#include "pointwise.cuh"\n\n' + "\n".join(kernels)
+    mod = load_inline(name="kgen_rows_" + hashlib.sha256(source.encode()).hexdigest()[:12], cpp_sources="\n".join(decls),
+                      cuda_sources=source, functions=[f"run{i}" for i in range(len(plan))],
+                      extra_include_paths=[str(HEADER_DIR)], extra_cuda_cflags=["-std=c++17"])
+    for i, (name, params, forms) in enumerate(plan):
+        xs = [t.float().cuda() for t in operands(name, params, seed=3)]
+        g = torch.randn(xs[0].shape, generator=torch.Generator().manual_seed(5)).cuda()
+        out = torch.full((1 + len(forms), xs[0].numel()), float("nan"), device="cuda")  # poisoned
+        getattr(mod, f"run{i}")(torch.stack([g] + xs).contiguous(), out)
+        ts = [t.clone().requires_grad_(True) for t in xs]
+        y = ROWS[name].fn(*ts, **fn_kwargs(name, params))
+        grads = torch.autograd.grad(y, ts, g, allow_unused=True)
+        torch.testing.assert_close(out[0], y.detach(), rtol=1e-5, atol=1e-6, equal_nan=True,
+                                   msg=lambda m: f"{name}{params} value on the GPU: {m}")
+        for j, (k, f, _) in enumerate(forms):
+            keep = ~skipped(name, k, f, xs[0].cpu()).cuda()
+            torch.testing.assert_close(out[j + 1][keep], grads[k][keep], rtol=1e-5, atol=1e-6, equal_nan=True,
+                                       msg=lambda m: f"{name}{params} d/d{ROWS[name].operands[k]} form {f} on the GPU: {m}")
+
+
 def _program_case_body(program: Program, params: list[Ref]) -> str:
     names = Names(x="x", g="gy", params={p.name: f"p_{p.name}" for p in params})
     fwd = emit_forward(program, names)
@@ -681,6 +726,24 @@ FORMS = [
     ("self.w = nn.Parameter(torch.ones(1, 4, 1, 1))", "return self.w + x", "add", {"a": Ref.param("w", "channel"), "b": V("x")}),
     ("self.register_buffer('s', torch.tensor(2.0))", "return x / self.s", "div", {"a": V("x"), "b": Ref.param("s", "scalar")}),
     ("self.w = nn.Parameter(torch.ones(1))", "return x - self.w", "sub", {"a": V("x"), "b": Ref.param("w", "scalar")}),
+    # the rows beyond issue 9's list
+    ("", "return torch.square(x)", "square", {}),
+    ("", "return x ** 2", "pow", {"exponent": 2.0}),
+    ("", "return x.pow(0.5)", "pow", {"exponent": 0.5}),
+    ("", "return torch.pow(x, -1)", "pow", {"exponent": -1.0}),
+    ("", "return x.sqrt()", "sqrt", {}),
+    ("", "return torch.rsqrt(x)", "rsqrt", {}),
+    ("", "return x.reciprocal()", "reciprocal", {}),
+    ("", "return torch.log(x)", "log", {}),
+    ("", "return torch.special.log1p(x)", "log1p", {}),
+    ("", "return x.expm1()", "expm1", {}),
+    ("", "return torch.special.erf(x)", "erf", {}),
+    ("self.m = nn.LogSigmoid()", "return self.m(x)", "logsigmoid", {}),
+    ("", "return F.tanhshrink(x)", "tanhshrink", {}),
+    ("self.m = nn.Softshrink(0.3)", "return self.m(x)", "softshrink", {"lambd": 0.3}),
+    ("", "return F.hardshrink(x)", "hardshrink", {"lambd": 0.5}),
+    ("self.m = nn.Threshold(0.1, 2.0)", "return self.m(x)", "threshold", {"threshold": 0.1, "value": 2.0}),
+    ("", "return F.threshold(x, -1, 0.5)", "threshold", {"threshold": -1.0, "value": 0.5}),
 ]
 
 
