@@ -362,6 +362,11 @@ def attribute(obj: Any, path: str) -> Any:
     return obj
 
 
+def _tensor_constant(target: str) -> bool:
+    """Whether a get_attr target is a tensor PyTorch captured from forward while tracing (not a model tensor)."""
+    return re.fullmatch(r"_tensor_constant\d+", target) is not None
+
+
 def _operand(v: Any, gm: fx.GraphModule, shape: tuple[int, ...], at: str, label: str) -> Any:
     """A binary op's operand: a float (a Python number, or a 0-d tensor constant PyTorch captured while tracing),
     a param Ref (a parameter or buffer of the model, by qualified name), or a Value (a tensor computed in forward)."""
@@ -374,7 +379,7 @@ def _operand(v: Any, gm: fx.GraphModule, shape: tuple[int, ...], at: str, label:
     t = attribute(gm, v.target)
     if not isinstance(t, torch.Tensor):
         raise Unsupported(f"{at}: {label} reads self.{v.target}, which is not a tensor")
-    if re.fullmatch(r"_tensor_constant\d+", v.target) and t.device.type != "meta":
+    if _tensor_constant(v.target) and t.device.type != "meta":
         if t.numel() != 1:
             raise Unsupported(f"{at}: {label} with a tensor constant of shape {tuple(t.shape)}; kgen takes 0-d "
                               "constants (register larger ones as a parameter or buffer)")
@@ -512,7 +517,7 @@ def _model_tensor(v: Any, gm: fx.GraphModule, at: str, what: str) -> str | None:
     """The qualified name of the model parameter or buffer that v reads (None for None), or Unsupported."""
     if v is None:
         return None
-    if not isinstance(v, fx.Node) or v.op != "get_attr" or re.fullmatch(r"_tensor_constant\d+", v.target) \
+    if not isinstance(v, fx.Node) or v.op != "get_attr" or _tensor_constant(v.target) \
             or not isinstance(attribute(gm, v.target), torch.Tensor):
         raise Unsupported(f"{at}: F.conv2d's {what} is not one of the model's parameters or buffers; kgen takes the "
                           f"{what} as a tensor registered on the model (self.<name> = nn.Parameter(...)) or an nn.Conv2d")

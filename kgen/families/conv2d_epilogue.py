@@ -1499,10 +1499,15 @@ def _recipe(targets: list[torch.Tensor], states: list[torch.Tensor]) -> tuple[st
     return None
 
 
+def conv_tensor_names(spec: Spec) -> list[str]:
+    """The convolution's weight and (where it has one) bias, by their names in Model."""
+    return [n for n in (spec.weight_name, spec.bias_name) if n]
+
+
 def _model_tensors(spec: Spec, problem: Problem, seed: int) -> dict[str, torch.Tensor]:
     torch.manual_seed(seed)
     model = problem.namespace["Model"](*problem.init_args)
-    names = [spec.weight_name] + ([spec.bias_name] if spec.bias_name else []) + [p.name for p in all_params(spec)]
+    names = conv_tensor_names(spec) + [p.name for p in all_params(spec)]
     return {name: attribute(model, name).detach().float() for name in names}
 
 
@@ -1519,8 +1524,8 @@ def init_plan(spec: Spec, problem: Problem) -> list[dict] | None:
     found = None
     # nn.Conv2d's parameters are drawn together, as it draws them; F.conv2d's tensors may be too (a copy of its
     # reset_parameters), or each by its own recipe
-    separate = [n for n in (spec.weight_name, spec.bias_name) if n]
-    lists = [["conv"] + params] + ([separate + params] if _conv_node(problem.gm).op == "call_function" else [])
+    functional = _conv_node(problem.gm).op == "call_function"
+    lists = [["conv"] + params] + ([conv_tensor_names(spec) + params] if functional else [])
     orders = [order for items in lists for order in (itertools.permutations(items) if len(items) <= 5 else [tuple(items)])]
     for order in orders:
         states = []
@@ -1564,7 +1569,7 @@ def module_context(spec: Spec, problem: Problem) -> dict:
         plan = [dict(kind="conv")] + [dict(kind="tensor", name=p.name, expr=f"torch.randn({p.shape!r})")
                                       for p in all_params(spec)]
     model = _meta_model(problem)
-    conv_tensors = [n for n in (spec.weight_name, spec.bias_name) if n]
+    conv_tensors = conv_tensor_names(spec)
     kinds = {**{n: _param_kind(model, n) for n in conv_tensors}, **{p.name: p.kind for p in all_params(spec)}}
     for step in plan:
         if step["kind"] == "tensor":
