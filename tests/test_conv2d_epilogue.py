@@ -57,7 +57,7 @@ def conv_epilogue_problem(shape, conv: dict, forward, init=(), args: dict | None
     self.conv = nn.Conv2d(in_channels, out_channels, kernel_size, <the other conv kwargs as literals>) then runs the
     `init` lines; forward is the `forward` lines (the first calls self.conv); module-level constants feed
     get_inputs() (torch.<fill> of `shape`) and get_init_inputs(). form "functional" / "functional_randn" (the
-    keys of FUNCTIONAL_INIT): self.conv is instead a method calling F.conv2d with the model's tensors self.w and
+    keys of FUNCTIONAL_INIT, "functional_kaiming" too): self.conv is instead a method calling F.conv2d with the model's tensors self.w and
     self.b (no self.b where bias=False), drawn as FUNCTIONAL_INIT says."""
     n, c, h, w = shape
     assert c == conv["in_channels"], (shape, conv)
@@ -774,12 +774,12 @@ def _conv_arguments(model: nn.Module, x: torch.Tensor) -> SimpleNamespace:
                                padding=c.padding, names=("conv.weight", "conv.bias" if c.bias is not None else None))
     seen = []
     conv2d = F.conv2d
+    tensors = list(model.named_parameters()) + list(model.named_buffers())  # F.conv2d may take either
 
     def record(inp, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
         seen.append(SimpleNamespace(groups=groups, kernel_size=tuple(weight.shape[2:]), stride=_pair(stride),
                                     dilation=_pair(dilation), padding=padding if isinstance(padding, str) else _pair(padding),
-                                    names=tuple(next((n for n, t in model.named_parameters() if t is v), None)
-                                                for v in (weight, bias))))
+                                    names=tuple(next((n for n, t in tensors if t is v), None) for v in (weight, bias))))
         return conv2d(inp, weight, bias, stride, padding, dilation, groups)
     with mock.patch.object(F, "conv2d", record):
         model.conv(x)

@@ -100,9 +100,9 @@ VARIANTS = {
     "fwd_out32": {"OUT_MAX": 32, "SEG_MAX": 80},
     "fwd_loads64": {"LOADS_MAX": 64},
     "fwd_vo8": _window_vo(8),
-    # AdaptiveAvgPool2d(7) on 28 x 28 (4 x 4 windows) takes VO 4 for 16 bytes of output a thread: its 7 outputs a row
-    # then run as chunks of 4 and 3, and each load instruction reads 16 of every 64 bytes a thread spans. One or two
-    # outputs a thread read each row as consecutive vectors across the warp (prepared, not timed)
+    # AdaptiveAvgPool2d(7) on 28 x 28 (4 x 4 windows) took VO 4 for 16 bytes of output a thread (90% of the floor on
+    # an H200); one or two outputs a thread read 99% (thirty-ninth session). The tiling now takes VO 2 there
+    # (MIN_OUTPUTS_SEG_BYTES), so fwd_vo2 renders as default for it
     "fwd_vo1": _window_vo(1),
     "fwd_vo2": _window_vo(2),
     "fwd_rh1": _window_rh(1),
