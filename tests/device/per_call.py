@@ -2,7 +2,8 @@
 forward and forward+backward, timed one call per sample (how KernelBench times) and back to back (20 calls per
 sample), eager and kgen sampled in turn so drift hits both; and the forward as KernelBench's harness times it, one
 call per sample with autograd on (the parameters require grad) and no backward.
-Usage: python tests/device/per_call.py [--family NAME] [--csv FILE]. Prints one row per case and the bar check
+Usage: python tests/device/per_call.py [--family NAME] [--match WORD ...] [--csv FILE] (--match: only cases whose id
+holds one of the words). Prints one row per case and the bar check
 (kgen <= eager) per column."""
 
 import argparse
@@ -59,6 +60,7 @@ def time_case(source: str) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--family", default=None)
+    ap.add_argument("--match", nargs="*", default=None, help="only cases whose id holds one of these words")
     ap.add_argument("--csv", default=None)
     a = ap.parse_args()
     cols = ("fwd/call", "step/call", "fwd b2b", "step b2b", "fwd(grad)/call")
@@ -70,6 +72,8 @@ def main() -> int:
         if a.family not in (None, fc.name):
             continue
         for cid, src in fc.cases:
+            if a.match and not any(w in cid for w in a.match):
+                continue
             t = time_case(src)
             cells = []
             for i in range(len(cols)):

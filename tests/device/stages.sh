@@ -6,7 +6,7 @@
 #   build / build80: every GPU-test extension (FAMILY: one family's; BUILD_MATCH: only its cases whose id has one of these words), 16 jobs (Hopper path / KGEN_FORCE_SM80=1, each with its own cache)
 #   gpu / gpu80: the GPU tier on that path (GPU_K: a pytest -k expression; note "pool" also matches the
 #     conv2d_avgpool_act_reduce family: the pool family alone is GPU_K="pool and not conv2d"); slow: the full-size tests
-#   percall: tests/device/per_call.py (PERCALL_FAMILY: one family); sweep: SWEEP_N (60) random problems of FAMILY (pool); bench / bench80: the bundled problems
+#   percall: tests/device/per_call.py (PERCALL_FAMILY: one family; PERCALL_MATCH: only case ids holding one of these words); sweep: SWEEP_N (60) random problems of FAMILY (pool); bench / bench80: the bundled problems
 #     (bench: TF32 off, then the conv one again with TF32 allowed)
 #   benchpool (benchpool_nc: without torch.compile): tests/bench/bench_pool.py --quick (POOL_ONLY: names)
 #   benchconv: tests/bench/bench_conv2d_epilogue.py --quick, TF32 off and allowed (BENCH_MODE: off|tf32|both; BENCH_ONLY: names; BENCH_ARGS, both bench stages: e.g. --per-call); both bench
@@ -61,7 +61,7 @@ for stage in "$@"; do
     gpu) tier gpu sm90 ;;
     gpu80) tier gpu80 sm80 ;;
     slow) path sm90; run slow 300 python3 -m pytest -q -m "gpu and slow and not multigpu" -p no:cacheprovider tests/ ;;
-    percall) path sm90; run percall ${PERCALL_SECS:-200} python3 tests/device/per_call.py --csv "$OUT/per_call.csv" ${PERCALL_FAMILY:+--family $PERCALL_FAMILY} ;;
+    percall) path sm90; run percall ${PERCALL_SECS:-200} python3 tests/device/per_call.py --csv "$OUT/per_call.csv" ${PERCALL_FAMILY:+--family $PERCALL_FAMILY} ${PERCALL_MATCH:+--match $PERCALL_MATCH} ;;
     sweep) path sm90; run sweep ${SWEEP_SECS:-330} python3 tests/dev/sweep.py --gpu --n ${SWEEP_N:-60} --family ${FAMILY:-pool} --seed ${SWEEP_SEED:-7} --jobs ${SWEEP_JOBS:-12} ;;
     bench) path sm90; for p in $BUNDLED; do run "bench_$(basename $p .py)" 150 python3 -m kgen bench "$p" --per-call --csv "$OUT/bench.csv"; done
            run bench_conv_tf32 150 python3 -m kgen bench kgen/problems/conv2d_avgpool_sigmoid_sum.py --per-call --tf32 --csv "$OUT/bench.csv" ;;
