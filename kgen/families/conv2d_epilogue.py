@@ -1436,12 +1436,15 @@ def _describe_grad_w(d: dict) -> str:
 
 
 def _literals(v: float) -> list[float]:
-    """Short decimals near v (1 to 9 significant digits), shortest first: the literal a user wrote is among them."""
+    """Short decimals near v (1 to 9 significant digits), shortest first, then v itself: the literal a user wrote
+    is among them."""
     out: list[float] = []
     for digits in range(1, 10):
         c = float(f"{v:.{digits}g}")
         if c not in out:
             out.append(c)
+    if v not in out:  # a computed value (1 / math.sqrt(fan_in)) written at full precision
+        out.append(v)
     return out
 
 
@@ -1450,14 +1453,18 @@ SEEDS = (0, 1)  # Model's initialization is replayed under two seeds: a recipe m
 
 def _options(target: torch.Tensor, state: torch.Tensor) -> list[tuple[str, Callable[[], torch.Tensor]]]:
     """Candidate recipes for target (drawn from the global generator at `state` under the first seed): a constant
-    fill, and torch.randn / torch.rand scaled and shifted by short literals fitted to the first seed's draw. Each is
-    (expression text, a function computing exactly that expression from the global generator)."""
+    fill, torch.randn / torch.rand scaled and shifted by short literals fitted to the first seed's draw, the usual
+    nn.init calls on weights, and nn.init.normal_ / uniform_ with fitted literals. Each is (expression text, a
+    function computing exactly that expression from the global generator)."""
     shape = tuple(target.shape)
     flat = target.detach().flatten()
     out: list[tuple[str, Callable[[], torch.Tensor]]] = []
-    if flat.numel() and bool((flat == flat[0]).all()):
-        v = float(flat[0])
-        out.append((f"torch.full({shape!r}, {v!r})", lambda: torch.full(shape, v)))
+    fitted: list[tuple[str, Callable[[], torch.Tensor]]] = []
+    if flat.numel() and float(flat.max() - flat.min()) <= 1e-3 * float(flat.abs().max()):
+        # one value (the shortest literal that rounds to it first), or nearly one: a constant added to drawn values
+        # (the target is then their difference, rounded)
+        out += [(f"torch.full({shape!r}, {v!r})", lambda v=v: torch.full(shape, v)) for v in
+                _literals(float(flat[0] if bool((flat == flat[0]).all()) else flat.mean()))]
     for name in ("randn", "rand"):
         base = getattr(torch, name)
         call = f"torch.{name}({shape!r})"
@@ -1472,30 +1479,105 @@ def _options(target: torch.Tensor, state: torch.Tensor) -> list[tuple[str, Calla
         else:  # one element: a scale alone or a shift alone
             a0 = float(flat[0]) / float(rf[0]) if float(rf[0]) != 0.0 else 1.0
             b0 = float(flat[0]) - float(rf[0])
-        out += [(f"{call} * {a!r}", lambda base=base, a=a: base(shape) * a) for a in _literals(a0)]
+        scales = [a for a in _literals(a0) if a != 0.0]  # a zero scale is a constant: no draw
+        out += [(f"{call} * {a!r}", lambda base=base, a=a: base(shape) * a) for a in scales]
         out += [(f"{call} + {b!r}", lambda base=base, b=b: base(shape) + b) for b in _literals(b0)]
         if rf.numel() >= 2:
             out += [(f"{call} * {a!r} + {b!r}", lambda base=base, a=a, b=b: base(shape) * a + b)
-                    for a in _literals(a0) for b in _literals(b0)]
-    if target.dim() >= 2:  # nn.init.kaiming_uniform_ as nn.Conv2d and nn.Linear draw their weights (last: the
-        # simpler recipes above win where both give the same values, as with one input per output)
-        out.append((f"nn.init.kaiming_uniform_(torch.empty({shape!r}), a=math.sqrt(5))",
-                    lambda: nn.init.kaiming_uniform_(torch.empty(shape), a=math.sqrt(5))))
-    return out
+                    for a in scales for b in _literals(b0)]
+        if rf.numel() >= 2:  # nn.init.normal_ / uniform_ as written on a tensor (their own rounding of the scale)
+            fitted += _init_options(shape, "normal_" if name == "randn" else "uniform_", a0, b0, rf[:2], flat[:2])
+    if target.dim() >= 2:  # the initializers of weights: nn.Conv2d's and nn.Linear's own (kaiming_uniform_ with
+        # a=sqrt(5)) and the usual re-initializations; last, so the simpler recipes above win where both give the
+        # same values, as with one input per output
+        out += [(f"nn.init.{call}(torch.empty({shape!r}){args})",
+                 lambda call=call, kw=kw: getattr(nn.init, call)(torch.empty(shape), **kw)) for call, args, kw in WEIGHT_INITS]
+    return out + fitted  # last: kaiming_uniform_ is a uniform_ whose bounds it computes
 
 
-def _recipe(targets: list[torch.Tensor], states: list[torch.Tensor]) -> tuple[str, list[torch.Tensor]] | None:
-    """The first candidate that, run from each seed's generator state, gives that seed's target; with the states
-    after it (None when no candidate does)."""
-    for expr, draw in _options(targets[0], states[0]):
+# nn.init calls that re-draw a weight, tried as recipes: (function, its arguments as written, as keywords)
+WEIGHT_INITS = [
+    ("kaiming_uniform_", ", a=math.sqrt(5)", dict(a=math.sqrt(5))),
+    ("xavier_uniform_", "", {}),
+    ("xavier_normal_", "", {}),
+    ("kaiming_normal_", "", {}),
+    ("kaiming_uniform_", "", {}),
+    ("kaiming_normal_", ", mode='fan_out', nonlinearity='relu'", dict(mode="fan_out", nonlinearity="relu")),
+    ("kaiming_uniform_", ", nonlinearity='relu'", dict(nonlinearity="relu")),
+    ("kaiming_normal_", ", nonlinearity='relu'", dict(nonlinearity="relu")),
+]
+
+
+def _init_options(shape: tuple, call: str, a0: float, b0: float, draw: torch.Tensor, target: torch.Tensor
+                  ) -> list[tuple[str, Callable[[], torch.Tensor]]]:
+    """nn.init.normal_(t, mean, std) / nn.init.uniform_(t, low, high) with short literals fitted to scale a0 and shift
+    b0 of the matching plain draw (randn * std + mean; rand * (high - low) + low), kept where they give the target's
+    first two values from the draw's (so only near-exact pairs are drawn and compared in full)."""
+    pairs = ([(m, sd) for sd in _literals(a0) if sd > 0 for m in _literals(b0)] if call == "normal_" else
+             [(lo, hi) for lo in _literals(b0) for hi in _literals(a0 + b0) if lo < hi])
+    d = draw.double()
+    near = [(p, q) for p, q in pairs
+            if torch.allclose(p + q * d if call == "normal_" else p + (q - p) * d, target.double(), rtol=1e-6, atol=1e-9)]
+    return [(f"nn.init.{call}(torch.empty({shape!r}), {p!r}, {q!r})",
+             lambda p=p, q=q: getattr(nn.init, call)(torch.empty(shape), p, q)) for p, q in near]
+
+
+def _recipe(targets: list[torch.Tensor], states: list[torch.Tensor], bases: list[torch.Tensor] | None = None
+            ) -> tuple[str, list[torch.Tensor]] | None:
+    """The first candidate that, run from each seed's generator state, gives that seed's target (added to that seed's
+    base, where bases are given); with the states after it (None when no candidate does)."""
+    bases = bases or [None] * len(targets)
+    first = targets[0] if bases[0] is None else targets[0] - bases[0]
+    for expr, draw in _options(first, states[0]):
         after = []
-        for target, state in zip(targets, states):
+        for target, state, base in zip(targets, states, bases):
             torch.set_rng_state(state)
-            if not torch.equal(draw(), target):
+            got = draw()
+            if not torch.equal(got if base is None else base + got, target):
                 break
             after.append(torch.get_rng_state())
         else:
             return expr, after
+    return None
+
+
+def _adjustment(bases: list[torch.Tensor], targets: list[torch.Tensor], states: list[torch.Tensor]
+                ) -> tuple[str, str, list[torch.Tensor]] | None:
+    """How Model changed a tensor nn.Conv2d had drawn (bases -> targets, one per seed): re-drawn in place (an nn.init
+    call or any recipe: op "copy_"), scaled by a literal ("mul_"), or shifted by a constant or a draw ("add_"); with the
+    generator states after it. None when none of these gives every seed's target."""
+    got = _recipe(targets, states)
+    if got is not None:
+        return "copy_", got[0], got[1]
+    b, t = bases[0].flatten(), targets[0].flatten()
+    nonzero = (b != 0).nonzero()
+    if len(nonzero):
+        i = int(nonzero[0])
+        for a in _literals(float(t[i]) / float(b[i])):
+            if all(torch.equal(base * a, target) for base, target in zip(bases, targets)):
+                return "mul_", repr(a), states
+    got = _recipe(targets, states, bases)
+    return None if got is None else ("add_", got[0], got[1])
+
+
+def _conv_adjustments(spec: Spec, drawn: list[dict], wants: list[dict], states: list[torch.Tensor]
+                      ) -> tuple[list[dict], list[torch.Tensor]] | None:
+    """The steps after nn.Conv2d's own draws that turn its weight and bias into Model's (`nn.init.xavier_uniform_(
+    self.conv.weight)`, `self.conv.bias = nn.Parameter(self.conv.bias + torch.ones_like(self.conv.bias) * 0.02)`):
+    one "adjust" step per tensor Model changed, in the order whose draws match; with the generator states after them.
+    None when a changed tensor has no adjustment."""
+    changed = [n for n in conv_tensor_names(spec)
+               if not all(torch.equal(d[n], w[n]) for d, w in zip(drawn, wants))]
+    for order in itertools.permutations(changed):
+        steps, after = [], states
+        for name in order:
+            got = _adjustment([d[name] for d in drawn], [w[name] for w in wants], after)
+            if got is None:
+                break
+            steps.append(dict(kind="adjust", name=name, op=got[0], expr=got[1]))
+            after = got[2]
+        else:
+            return steps, after
     return None
 
 
@@ -1513,8 +1595,8 @@ def _model_tensors(spec: Spec, problem: Problem, seed: int) -> dict[str, torch.T
 
 def init_plan(spec: Spec, problem: Problem) -> list[dict] | None:
     """The order of draws that reproduces Model's parameters under any seed: 'conv' (weight, then bias, drawn as
-    nn.Conv2d draws them) and one expression per program tensor, found by replaying Model's draws under two seeds
-    (None when no order and no recipes match)."""
+    nn.Conv2d draws them, then any 'adjust' step Model applied to them) and one expression per program tensor, found
+    by replaying Model's draws under two seeds (None when no order and no recipes match)."""
     numel = spec.CO * spec.CI // spec.G * spec.KH * spec.KW
     if numel > 1 << 24:
         return None
@@ -1535,18 +1617,18 @@ def init_plan(spec: Spec, problem: Problem) -> list[dict] | None:
         plan: list[dict] = []
         for item in order:
             if item == "conv":
-                after = []
-                for want, state in zip(wants, states):
+                drawn, after = [], []
+                for state in states:
                     torch.set_rng_state(state)
-                    w, b = conv2d_default_init(spec.CO, spec.CI // spec.G, spec.KH, spec.KW, spec.HAS_BIAS)
-                    if not torch.equal(w, want[spec.weight_name]) or (b is not None and not torch.equal(b, want[spec.bias_name])):
-                        break
+                    drawn.append(dict(zip(conv_tensor_names(spec), conv2d_default_init(
+                        spec.CO, spec.CI // spec.G, spec.KH, spec.KW, spec.HAS_BIAS))))
                     after.append(torch.get_rng_state())
-                else:
-                    states = after
-                    plan.append(dict(kind="conv"))
-                    continue
-                break
+                got = _conv_adjustments(spec, drawn, wants, after)
+                if got is None:
+                    break
+                plan += [dict(kind="conv")] + got[0]
+                states = got[1]
+                continue
             got = _recipe([want[item] for want in wants], states)
             if got is None:
                 break
@@ -1575,6 +1657,8 @@ def module_context(spec: Spec, problem: Problem) -> dict:
         if step["kind"] == "tensor":
             owner, _, leaf = step["name"].rpartition(".")
             step.update(owner=owner, leaf=leaf, tensor_kind=kinds[step["name"]])
+        elif step["kind"] == "adjust":
+            step.update(target=attr_expr(step["name"]))
     conv_path = spec.weight_name.rpartition(".")[0]
     # nn.Conv2d's parameters are created on an empty module at its path; F.conv2d's weight and bias are the model's
     # own tensors under any names, each registered where Model holds it (as a parameter or a buffer)
