@@ -729,6 +729,16 @@ def _valid(source: str) -> bool:
     return True
 
 
+# Changes a Model may make to what nn.Conv2d drew (init_plan replays each as an "adjust" step)
+CONV_INIT_CHANGES = [
+    "self.conv.bias = nn.Parameter(self.conv.bias + torch.ones_like(self.conv.bias) * 0.02)",
+    "nn.init.xavier_uniform_(self.conv.weight)",
+    "nn.init.kaiming_normal_(self.conv.weight, mode='fan_out', nonlinearity='relu')",
+    "nn.init.zeros_(self.conv.bias)",
+    "nn.init.normal_(self.conv.weight, 0.0, 0.05)",
+]
+
+
 def _random_case(rng: random.Random) -> tuple[str, int]:
     """(problem source, number of pointwise ops written): a random conv and program, and about half the time stages
     after it; redrawn until PyTorch takes it (a pooling window may not fit a small conv output)."""
@@ -742,6 +752,11 @@ def _random_case(rng: random.Random) -> tuple[str, int]:
         fill = rng.choice(("rand", "randn"))
         form = "functional" if rng.random() < 0.2 else "module"  # F.conv2d, its tensors drawn as nn.Conv2d's
         source = conv_epilogue_problem(shape, kw, forward, init, fill=fill, form=form)
+        if form == "module":  # a sixth of them change the conv's own draws (drawn from the text: rng's draws stay)
+            pick = random.Random(source)
+            if pick.random() < 1 / 6:
+                change = pick.choice([c for c in CONV_INIT_CHANGES if kw.get("bias", True) or "bias" not in c])
+                source = conv_epilogue_problem(shape, kw, forward, [change] + init, fill=fill, form=form)
         if _valid(source):
             return source, n_ops
 
@@ -2060,11 +2075,52 @@ def test_functional_conv_tensors_are_drawn_as_model_draws_them(form, plan):
         assert list(got) == list(want) and all(torch.equal(got[k], want[k]) for k in want)
 
 
+@pytest.mark.parametrize("init,steps", [
+    (["self.conv.bias = nn.Parameter(self.conv.bias + torch.ones_like(self.conv.bias) * 0.02)"],
+     [("conv.bias", "add_", "torch.full((8,), 0.02)")]),
+    (["self.conv.bias = nn.Parameter(self.conv.bias + torch.randn(self.conv.bias.shape) * 0.02)"],
+     [("conv.bias", "add_", "torch.randn((8,)) * 0.02")]),
+    (["nn.init.xavier_uniform_(self.conv.weight)", "nn.init.zeros_(self.conv.bias)"],
+     [("conv.weight", "copy_", "nn.init.xavier_uniform_(torch.empty((8, 3, 3, 3)))"),
+      ("conv.bias", "copy_", "torch.full((8,), 0.0)")]),
+    (["nn.init.kaiming_normal_(self.conv.weight, mode='fan_out', nonlinearity='relu')"],
+     [("conv.weight", "copy_", None)]),
+    (["nn.init.normal_(self.conv.weight, 0.0, 0.02)", "nn.init.uniform_(self.conv.bias, -0.1, 0.1)"],
+     [("conv.weight", "copy_", None), ("conv.bias", "copy_", None)]),
+    (["with torch.no_grad():", "    self.conv.weight.mul_(0.5)"], [("conv.weight", "mul_", "0.5")]),
+    (["nn.init.constant_(self.conv.bias, 0.1)", "nn.init.xavier_normal_(self.conv.weight)"],  # bias first: no draw
+     [("conv.weight", "copy_", None), ("conv.bias", "copy_", "torch.full((8,), 0.1)")]),
+])
+def test_changes_to_the_convs_own_draws_are_replayed(init, steps):
+    """Model may change what nn.Conv2d drew in __init__ (a user's nn.init call, the benchmarks' `+ 0.02` on the conv
+    bias): ModelNew draws the conv as nn.Conv2d does, then the same change, then the program's tensors, so its state
+    is Model's under any seed."""
+    src = conv_epilogue_problem((2, 3, 12, 13), conv(3, 8, 3), CONV_IN + ["return x * self.scale"],
+                                init + ["self.scale = nn.Parameter(torch.rand(out_channels, 1, 1))"])
+    spec = _spec(src)
+    plan = fam.init_plan(spec, load_problem(write_problem(src)))
+    # an expression may differ from the one written where both draw the same values (torch.randn(...) * 0.02 is
+    # nn.init.normal_(..., 0.0, 0.02)): the state_dicts below are the check; None leaves the text open
+    assert [(p["kind"], p.get("name"), p.get("op")) for p in plan] == (
+        [("conv", None, None)] + [("adjust", n, op) for n, op, _ in steps] + [("tensor", "scale", None)])
+    assert all(e is None or p["expr"] == e for p, (_, _, e) in zip(plan[1:], steps)), plan
+    ns: dict = {"__name__": "x"}
+    exec(compile(emit.generate(write_problem(src)).files["model_new.py"], "<model_new.py>", "exec"), ns)
+    user = _user(src)
+    for seed in (3, 42):
+        torch.manual_seed(seed)
+        want, want_next = user["Model"](*user["get_init_inputs"]()).state_dict(), torch.rand(3)
+        torch.manual_seed(seed)
+        got, got_next = ns["ModelNew"](*user["get_init_inputs"]()).state_dict(), torch.rand(3)
+        assert list(got) == list(want) and all(torch.equal(got[k], want[k]) for k in want)
+        assert torch.equal(got_next, want_next), "ModelNew's __init__ consumed other draws than Model's"
+
+
 def test_unknown_initialization_warns_and_keeps_the_state_dict_layout():
-    """A custom init kgen cannot replay (xavier on the weight) gives a warning naming the way out (load Model's
+    """A custom init kgen cannot replay (orthogonal_ on the weight) gives a warning naming the way out (load Model's
     state_dict), and ModelNew still has Model's parameter names and shapes."""
     src = conv_epilogue_problem((2, 3, 12, 13), conv(3, 8, 3), CONV_IN + ["return torch.relu(x)"],
-                                ["nn.init.xavier_uniform_(self.conv.weight)"])
+                                ["nn.init.orthogonal_(self.conv.weight)"])
     with pytest.warns(UserWarning, match="load Model's state_dict"):
         gen = emit.generate(write_problem(src))
     ns: dict = {"__name__": "x"}
