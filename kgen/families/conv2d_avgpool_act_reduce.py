@@ -78,9 +78,11 @@ def match(ops: list[Op] | None, problem: Problem) -> Spec | None:
         spec = _match(ops, problem)
         if spec is not None:
             derive(spec)  # the tiling fits
-        return spec
     except Unsupported:
         return None
+    if spec is not None and not reference_init_matches(spec, problem):
+        return None  # Model changes the conv's own draws: conv2d_epilogue replays that (init_plan)
+    return spec
 
 
 def _match(ops: list[Op] | None, problem: Problem) -> Spec | None:
@@ -265,7 +267,8 @@ def describe(spec: Spec) -> list[str]:
 
 
 def reference_init_matches(spec: Spec, problem: Problem) -> bool:
-    """Does Model(*init) under a seed draw the same conv parameters as nn.Conv2d's default init would?"""
+    """Does Model(*init) under a seed draw the same conv parameters as nn.Conv2d's default init would? (match leaves
+    the problem to conv2d_epilogue where it does not: that family replays changes to the conv's draws.)"""
     numel = spec.CO * spec.CI * spec.KH * spec.KW
     if numel > 1 << 24:
         return True  # too large to check cheaply on the CPU; ModelNew mirrors nn.Conv2d's default init
@@ -278,9 +281,6 @@ def reference_init_matches(spec: Spec, problem: Problem) -> bool:
 
 
 def module_context(spec: Spec, problem: Problem) -> dict:
-    if not reference_init_matches(spec, problem):
-        warnings.warn(f"{problem.path.name}: Model initializes {spec.weight_name} differently from nn.Conv2d's default; "
-                      "ModelNew uses the default, so load Model's state_dict into it for equal parameters", stacklevel=2)
     module_path = spec.weight_name.rsplit(".", 1)[0]
     return {
         "holders": holder_modules([spec.weight_name]),
