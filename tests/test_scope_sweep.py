@@ -1,6 +1,6 @@
 """Random problems anywhere inside each registered family's scope render without error, match the family that
 drew them, cross-check PyTorch's traced output shape (each family's match asserts it), pass KernelBench's static
-checker, and their generated text alone runs and mirrors Model's parameters (CPU). The same generator drives the GPU
+checker, and their generated text alone runs and mirrors Model's parameters, names, shapes and values under a seed (CPU). The same generator drives the GPU
 sweep: tests/dev/sweep.py --gpu."""
 
 import pytest
@@ -33,3 +33,9 @@ def test_in_scope_problem_renders_with_pytorch_shapes(family, source):
     with torch.device("meta"):
         new = ns["ModelNew"](*user["get_init_inputs"]())
     assert {k: v.shape for k, v in new.state_dict().items()} == {k: v.shape for k, v in model.state_dict().items()}
+    if sum(t.numel() for t in model.state_dict().values()) <= 1 << 20:  # Model's values, under a seed kgen never saw
+        torch.manual_seed(20261205)
+        want = user["Model"](*user["get_init_inputs"]()).state_dict()
+        torch.manual_seed(20261205)
+        got = ns["ModelNew"](*user["get_init_inputs"]()).state_dict()
+        assert all(torch.equal(got[k], want[k]) for k in want), [k for k in want if not torch.equal(got[k], want[k])]
