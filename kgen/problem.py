@@ -145,6 +145,34 @@ class _Tracer(fx.Tracer):
 _TRACE_LOCK = threading.Lock()
 
 
+# Ops that return their input's values, dropped from the traced graph so that no family has to know them: nn.Identity,
+# dropout of any kind with p = 0 (with p > 0 it draws random masks in training mode and stays, to be refused by name),
+# and .contiguous() (it returns its input when that is contiguous, and the same values otherwise)
+_DROPOUT_MODULES = (torch.nn.Dropout, torch.nn.Dropout1d, torch.nn.Dropout2d, torch.nn.Dropout3d, torch.nn.AlphaDropout,
+                    torch.nn.FeatureAlphaDropout)
+_DROPOUT_FUNCS = {torch.nn.functional.dropout, torch.nn.functional.dropout1d, torch.nn.functional.dropout2d,
+                  torch.nn.functional.dropout3d, torch.nn.functional.alpha_dropout,
+                  torch.nn.functional.feature_alpha_dropout, torch.dropout, torch.feature_dropout, torch.alpha_dropout}
+
+
+def _is_identity(node: fx.Node, gm: fx.GraphModule) -> bool:
+    if node.op == "call_module":
+        mod = gm.get_submodule(node.target)
+        return type(mod) is torch.nn.Identity or (isinstance(mod, _DROPOUT_MODULES) and mod.p == 0)
+    if node.op == "call_function" and node.target in _DROPOUT_FUNCS:
+        p = node.kwargs.get("p", node.args[1] if len(node.args) > 1 else 0.5)
+        return type(p) in (int, float) and p == 0
+    return node.op == "call_method" and node.target == "contiguous" and len(node.args) == 1 and not node.kwargs
+
+
+def _drop_identities(gm: fx.GraphModule) -> None:
+    for node in list(gm.graph.nodes):
+        if node.args and isinstance(node.args[0], fx.Node) and _is_identity(node, gm):
+            node.replace_all_uses_with(node.args[0])
+            gm.graph.erase_node(node)
+    gm.recompile()
+
+
 def load_problem(path: str | Path) -> Problem:
     """The problem file at `path`, executed, traced by torch.fx and its shapes propagated on the meta device.
     Thread-safe (tracing is serialized)."""
@@ -182,6 +210,7 @@ def _load_problem(path: str | Path) -> Problem:
             root = root.__cause__
         raise KgenError(f"{path.name}: Model(*get_init_inputs()) rejects get_inputs() shapes: {_first_line(root)}; "
                         "fix the model's arguments or input shapes") from None
+    _drop_identities(gm)
     return Problem(
         name=path.stem,
         path=path,

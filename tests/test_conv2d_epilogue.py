@@ -2116,6 +2116,29 @@ def test_changes_to_the_convs_own_draws_are_replayed(init, steps):
         assert torch.equal(got_next, want_next), "ModelNew's __init__ consumed other draws than Model's"
 
 
+@pytest.mark.parametrize("line,init,random_form", [
+    ("x = self.drop(x)", ["self.drop = nn.Dropout(0.0)"], ("nn.Dropout(0.0)", "nn.Dropout(0.25)")),
+    ("x = self.drop(x)", ["self.drop = nn.Dropout2d(p=0)"], ("p=0)", "p=0.25)")),
+    ("x = self.skip(x)", ["self.skip = nn.Identity()"], None),
+    ("x = F.dropout(x, p=0.0, training=self.training)", [], ("p=0.0", "p=0.25")),
+    ("x = torch.dropout(x, 0.0, True)", [], ("0.0, True", "0.25, True")),
+    ("x = x.contiguous()", [], None),
+])
+def test_ops_that_return_their_input_are_dropped(line, init, random_form):
+    """nn.Identity, dropout with p = 0 and .contiguous() between the program's ops render the same kernels as the
+    problem without them (the binding differs only in the problem's id); dropout with p > 0 (random masks in training
+    mode) is refused by name."""
+    forward = CONV_IN + ["x = torch.relu(x)", line, "return x * 2.0"]
+    src = conv_epilogue_problem((2, 8, 12, 13), conv(8, 8, 3), forward, init)
+    plain = conv_epilogue_problem((2, 8, 12, 13), conv(8, 8, 3), [f for f in forward if f != line], init)
+    got, want = (emit.generate(write_problem(t)) for t in (src, plain))
+    assert got.files["kernel.cu"].replace(got.name, "NAME") == want.files["kernel.cu"].replace(want.name, "NAME")
+    if random_form:
+        assert random_form[0] in src
+        with pytest.raises(Unsupported, match="[Dd]ropout"):
+            match(load_problem(write_problem(src.replace(*random_form))))
+
+
 def test_unknown_initialization_warns_and_keeps_the_state_dict_layout():
     """A custom init kgen cannot replay (orthogonal_ on the weight) gives a warning naming the way out (load Model's
     state_dict), and ModelNew still has Model's parameter names and shapes."""
