@@ -69,9 +69,10 @@ def attr_expr(path: str) -> str:
 
 def holder_modules(paths: list[str]) -> list[tuple[str, str]]:
     """The (parent, name) of every module that holds one of the attributes at paths, parents first ("a.b.w":
-    ("", "a"), ("a", "b")): ModelNew creates them as empty nn.Modules so its parameters keep Model's names."""
-    held = {".".join(p.split(".")[: i + 1]) for p in paths for i in range(p.count("."))}
-    return [(h.rpartition(".")[0], h.rpartition(".")[2]) for h in sorted(held)]
+    ("", "a"), ("a", "b")), in the order the paths first name them: ModelNew creates them as empty nn.Modules so its
+    parameters keep Model's names (and, given in Model's order, its state_dict's order)."""
+    held = dict.fromkeys(".".join(p.split(".")[: i + 1]) for p in paths for i in range(p.count(".")))
+    return [(h.rpartition(".")[0], h.rpartition(".")[2]) for h in held]
 
 
 def conv2d_default_init(out_channels: int, in_per_group: int, kh: int, kw: int, bias: bool

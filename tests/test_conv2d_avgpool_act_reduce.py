@@ -149,10 +149,12 @@ def test_convolutions_this_family_cannot_fuse_go_to_conv2d_epilogue(conv):
 
 
 @pytest.mark.parametrize("change", ["nn.init.xavier_uniform_(self.conv.weight)",
-                                    "self.conv.bias = nn.Parameter(self.conv.bias + torch.ones_like(self.conv.bias) * 0.02)"])
+                                    "self.conv.bias = nn.Parameter(self.conv.bias + torch.ones_like(self.conv.bias) * 0.02)",
+                                    "self.fc = nn.Linear(4, 2)"])
 def test_changed_conv_initialization_goes_to_conv2d_epilogue(change):
-    """This family's ModelNew draws the conv as nn.Conv2d does; where Model changes those draws, conv2d_epilogue
-    (which replays the change) takes the problem, so ModelNew's parameters stay Model's under the harness's seed."""
+    """This family's ModelNew draws the conv as nn.Conv2d does and holds only its tensors; where Model changes those
+    draws or holds other tensors (an unused module), conv2d_epilogue (which replays the change and holds them too)
+    takes the problem, so ModelNew's parameters stay Model's under the harness's seed."""
     src = conv_problem((2, 3, 16, 16), CONV, dict(kernel_size=2))
     line = "        self.conv = nn.Conv2d(" + src.split("self.conv = nn.Conv2d(")[1].split("\n")[0]
     src = src.replace(line, line + "\n        " + change)

@@ -2116,6 +2116,38 @@ def test_changes_to_the_convs_own_draws_are_replayed(init, steps):
         assert torch.equal(got_next, want_next), "ModelNew's __init__ consumed other draws than Model's"
 
 
+@pytest.mark.parametrize("before,after", [
+    ([], ["self.bn = nn.BatchNorm2d(out_channels)", "self.fc = nn.Linear(out_channels, 4)",
+          "self.scale = nn.Parameter(torch.rand(out_channels, 1, 1))"]),
+    (["self.head = nn.Linear(3, 5)"], ["self.scale = nn.Parameter(torch.randn(out_channels, 1, 1) * 0.1)",
+                                       "self.register_buffer('steps', torch.zeros((), dtype=torch.long))",
+                                       "self.register_buffer('noise', torch.randn(6), persistent=False)"]),
+])
+def test_unused_tensors_are_held_and_drawn_as_model_draws_them(before, after):
+    """Tensors Model holds but its forward never reads (an unused BatchNorm2d or Linear, its own buffers, one created
+    before the conv): ModelNew holds them under the same names, kinds and order and draws them in Model's order, so
+    its state_dict is Model's key for key and value for value under unseen seeds, and the draws after __init__ agree."""
+    src = conv_epilogue_problem((2, 3, 12, 13), conv(3, 8, 3), CONV_IN + ["return x * self.scale"], after)
+    src = src.replace("        self.conv = nn.Conv2d(", "".join(f"        {b}\n" for b in before) + "        self.conv = nn.Conv2d(")
+    assert all(b in src for b in before)
+    spec = _spec(src)
+    plan = fam.init_plan(spec, load_problem(write_problem(src)))
+    assert plan is not None and plan[2 * len(before)] == dict(kind="conv"), plan  # after a Linear's weight and bias
+    ns: dict = {"__name__": "x"}
+    exec(compile(emit.generate(write_problem(src)).files["model_new.py"], "<model_new.py>", "exec"), ns)
+    user = _user(src)
+    for seed in (3, 42):
+        torch.manual_seed(seed)
+        model = user["Model"](*user["get_init_inputs"]())
+        want, want_next = model.state_dict(), torch.rand(3)
+        torch.manual_seed(seed)
+        new = ns["ModelNew"](*user["get_init_inputs"]())
+        got, got_next = new.state_dict(), torch.rand(3)
+        assert list(got) == list(want) and all(torch.equal(got[k], want[k]) for k in want)
+        assert torch.equal(got_next, want_next)
+        assert [n for n, _ in new.named_buffers()] == [n for n, _ in model.named_buffers()]  # non-persistent too
+
+
 @pytest.mark.parametrize("line,init,random_form", [
     ("x = self.drop(x)", ["self.drop = nn.Dropout(0.0)"], ("nn.Dropout(0.0)", "nn.Dropout(0.25)")),
     ("x = self.drop(x)", ["self.drop = nn.Dropout2d(p=0)"], ("p=0)", "p=0.25)")),

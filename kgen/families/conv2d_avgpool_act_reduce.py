@@ -267,14 +267,18 @@ def describe(spec: Spec) -> list[str]:
 
 
 def reference_init_matches(spec: Spec, problem: Problem) -> bool:
-    """Does Model(*init) under a seed draw the same conv parameters as nn.Conv2d's default init would? (match leaves
-    the problem to conv2d_epilogue where it does not: that family replays changes to the conv's draws.)"""
-    numel = spec.CO * spec.CI * spec.KH * spec.KW
-    if numel > 1 << 24:
+    """Does Model(*init) under a seed hold only the conv's tensors, drawn as nn.Conv2d's default init draws them?
+    (match leaves the problem to conv2d_epilogue where it does not: that family replays changes to the conv's draws
+    and holds a model's unused tensors too.)"""
+    with torch.device("meta"):
+        model = problem.namespace["Model"](*problem.init_args)
+    if [n for n, _ in model.named_parameters()] + [n for n, _ in model.named_buffers()] != [
+            n for n in (spec.weight_name, spec.bias_name) if n]:
+        return False  # other tensors too (an unused module): conv2d_epilogue's ModelNew holds them as well
+    if spec.CO * spec.CI * spec.KH * spec.KW > 1 << 24:
         return True  # too large to check cheaply on the CPU; ModelNew mirrors nn.Conv2d's default init
     torch.manual_seed(0)
-    model = problem.namespace["Model"](*problem.init_args)
-    state = model.state_dict()
+    state = problem.namespace["Model"](*problem.init_args).state_dict()
     torch.manual_seed(0)
     w, b = conv2d_default_init(spec.CO, spec.CI, spec.KH, spec.KW, spec.HAS_BIAS)
     return torch.equal(state[spec.weight_name], w) and (b is None or torch.equal(state[spec.bias_name], b))

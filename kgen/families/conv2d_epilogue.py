@@ -30,7 +30,7 @@ import math
 import operator
 import warnings
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 import torch.fx as fx
@@ -1458,6 +1458,10 @@ def _options(target: torch.Tensor, state: torch.Tensor) -> list[tuple[str, Calla
     function computing exactly that expression from the global generator)."""
     shape = tuple(target.shape)
     flat = target.detach().flatten()
+    if target.dtype != torch.float32:  # an unused tensor of another dtype (a BatchNorm's num_batches_tracked): a fill
+        v = flat[0].item() if flat.numel() and bool((flat == flat[0]).all()) else None
+        return [] if v is None else [(f"torch.full({shape!r}, {v!r}, dtype={target.dtype})",
+                                      lambda: torch.full(shape, v, dtype=target.dtype))]
     out: list[tuple[str, Callable[[], torch.Tensor]]] = []
     fitted: list[tuple[str, Callable[[], torch.Tensor]]] = []
     if flat.numel() and float(flat.max() - flat.min()) <= 1e-3 * float(flat.abs().max()):
@@ -1473,9 +1477,10 @@ def _options(target: torch.Tensor, state: torch.Tensor) -> list[tuple[str, Calla
         out.append((call, lambda base=base: base(shape)))
         if not rf.numel():
             continue
-        if rf.numel() >= 2 and float(rf[1] - rf[0]) != 0.0:
-            a0 = float(flat[1] - flat[0]) / float(rf[1] - rf[0])
-            b0 = float(flat[0]) - a0 * float(rf[0])
+        if rf.numel() >= 2 and float(rf.double().var()) > 0.0:  # least squares over every element, in float64
+            r, t = rf.double(), flat.double()
+            a0 = float(((r - r.mean()) * (t - t.mean())).sum() / ((r - r.mean()) ** 2).sum())
+            b0 = float(t.mean()) - a0 * float(r.mean())
         else:  # one element: a scale alone or a shift alone
             a0 = float(flat[0]) / float(rf[0]) if float(rf[0]) != 0.0 else 1.0
             b0 = float(flat[0]) - float(rf[0])
@@ -1586,11 +1591,56 @@ def conv_tensor_names(spec: Spec) -> list[str]:
     return [n for n in (spec.weight_name, spec.bias_name) if n]
 
 
-def _model_tensors(spec: Spec, problem: Problem, seed: int) -> dict[str, torch.Tensor]:
+def _registered(model: nn.Module) -> list[str]:
+    """Every parameter and buffer (persistent or not) the model holds, by name, module by module as named_modules
+    lists them."""
+    return [f"{path}.{leaf}" if path else leaf for path, mod in model.named_modules()
+            for table in (mod._parameters, mod._buffers) for leaf, t in table.items() if t is not None]
+
+
+def _model_order(model: nn.Module) -> Callable[[str], int]:
+    """A sort key: a tensor name's place among the model's registered tensors (names that are plain attributes
+    last)."""
+    place = {n: i for i, n in enumerate(_registered(model))}
+    return lambda name: place.get(name, len(place))
+
+
+def unused_tensors(spec: Spec, model: nn.Module) -> list[str]:
+    """Model's parameters and buffers that its forward does not read (an unused nn.Linear, a module's statistics):
+    ModelNew holds and draws them too, so that its state_dict and its draws from the generator are Model's."""
+    used = set(conv_tensor_names(spec)) | {p.name for p in all_params(spec)}
+    return [n for n in _registered(model) if n not in used]
+
+
+def _model_tensors(spec: Spec, problem: Problem, seed: int) -> tuple[dict[str, torch.Tensor], list[str]]:
+    """Model's tensors built under the seed (the conv's and the program's in float32, the unused ones as they are),
+    and their names in the order Model's __init__ registered them (first registration; read through PyTorch's global
+    registration hooks, matched to this model's own modules)."""
+    events: list[tuple[nn.Module, str]] = []
+
+    def hook(module: nn.Module, name: str, tensor: Any) -> None:
+        events.append((module, name))
+    handles = [nn.modules.module.register_module_parameter_registration_hook(hook),
+               nn.modules.module.register_module_buffer_registration_hook(hook)]
     torch.manual_seed(seed)
     model = problem.namespace["Model"](*problem.init_args)
-    names = conv_tensor_names(spec) + [p.name for p in all_params(spec)]
-    return {name: attribute(model, name).detach().float() for name in names}
+    for h in handles:
+        h.remove()
+    paths = {id(mod): path for path, mod in model.named_modules()}
+    core = set(conv_tensor_names(spec)) | {p.name for p in all_params(spec)}
+    names = conv_tensor_names(spec) + [p.name for p in all_params(spec)] + unused_tensors(spec, model)
+    order = []
+    for mod, leaf in events:
+        if id(mod) in paths:
+            name = f"{paths[id(mod)]}.{leaf}" if paths[id(mod)] else leaf
+            if name in names and name not in order:
+                order.append(name)
+    order += [n for n in names if n not in order]  # attributes that are not registered tensors
+    tensors = {}
+    for name in names:
+        t = attribute(model, name).detach()
+        tensors[name] = t.float() if name in core else t.clone()
+    return tensors, order
 
 
 def init_plan(spec: Spec, problem: Problem) -> list[dict] | None:
@@ -1601,14 +1651,20 @@ def init_plan(spec: Spec, problem: Problem) -> list[dict] | None:
     if numel > 1 << 24:
         return None
     saved = torch.get_rng_state()
-    wants = [_model_tensors(spec, problem, seed) for seed in SEEDS]
-    params = [p.name for p in all_params(spec)]
+    built = [_model_tensors(spec, problem, seed) for seed in SEEDS]
+    wants, created = [b[0] for b in built], built[0][1]
+    convs, program = conv_tensor_names(spec), [p.name for p in all_params(spec)]
+    params = program + [n for n in created if n not in convs and n not in program]  # then the unused tensors
     found = None
     # nn.Conv2d's parameters are drawn together, as it draws them; F.conv2d's tensors may be too (a copy of its
-    # reset_parameters), or each by its own recipe
+    # reset_parameters), or each by its own recipe. First the order Model's __init__ created them in (the conv's
+    # draws where its weight was registered), then every other order of a few items
+    together = [n for n in created if n not in convs[1:]]
+    together[together.index(convs[0])] = "conv"
     functional = _conv_node(problem.gm).op == "call_function"
-    lists = [["conv"] + params] + ([conv_tensor_names(spec) + params] if functional else [])
-    orders = [order for items in lists for order in (itertools.permutations(items) if len(items) <= 5 else [tuple(items)])]
+    lists = [["conv"] + params] + ([convs + params] if functional else [])
+    orders = [tuple(together)] + ([tuple(created)] if functional else []) + [
+        order for items in lists for order in (itertools.permutations(items) if len(items) <= 5 else [])]
     for order in orders:
         states = []
         for seed in SEEDS:
@@ -1643,16 +1699,19 @@ def init_plan(spec: Spec, problem: Problem) -> list[dict] | None:
 
 def module_context(spec: Spec, problem: Problem) -> dict:
     plan = init_plan(spec, problem)
+    model = _meta_model(problem)
+    unused = unused_tensors(spec, model)
     if plan is None:
         warnings.warn(f"{problem.path.name}: kgen could not reproduce how Model initializes its parameters "
-                      f"({spec.weight_name}{''.join(', ' + p.name for p in all_params(spec))}); ModelNew draws the conv as "
-                      "nn.Conv2d does and the other tensors with torch.randn, so load Model's state_dict into it for "
-                      "equal parameters", stacklevel=2)
+                      f"({', '.join([spec.weight_name] + [p.name for p in all_params(spec)] + unused)}); ModelNew draws "
+                      "the conv as nn.Conv2d does, the program's tensors with torch.randn and unused ones as zeros, so "
+                      "load Model's state_dict into it for equal parameters", stacklevel=2)
         plan = [dict(kind="conv")] + [dict(kind="tensor", name=p.name, expr=f"torch.randn({p.shape!r})")
-                                      for p in all_params(spec)]
-    model = _meta_model(problem)
+                                      for p in all_params(spec)] + [
+            dict(kind="tensor", name=n, expr=f"torch.zeros({tuple(attribute(model, n).shape)!r}, "
+                                             f"dtype={attribute(model, n).dtype})") for n in unused]
     conv_tensors = conv_tensor_names(spec)
-    kinds = {**{n: _param_kind(model, n) for n in conv_tensors}, **{p.name: p.kind for p in all_params(spec)}}
+    kinds = {**{n: _param_kind(model, n) for n in conv_tensors + unused}, **{p.name: p.kind for p in all_params(spec)}}
     for step in plan:
         if step["kind"] == "tensor":
             owner, _, leaf = step["name"].rpartition(".")
@@ -1664,7 +1723,7 @@ def module_context(spec: Spec, problem: Problem) -> dict:
     # own tensors under any names, each registered where Model holds it (as a parameter or a buffer)
     module = _conv_node(problem.gm).op == "call_module"
     return {
-        "holders": holder_modules(conv_tensors + [p.name for p in all_params(spec)]),
+        "holders": holder_modules(sorted(conv_tensors + [p.name for p in all_params(spec)] + unused, key=_model_order(model))),
         "conv_module": module,
         "conv_path": conv_path,
         "conv_tensors": [dict(zip(("owner", "leaf"), n.rpartition(".")[::2]), kind=kinds[n]) for n in conv_tensors],
