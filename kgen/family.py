@@ -9,6 +9,7 @@ everywhere: ``kgen/families/<NAME>.py``, ``templates/<NAME>/``, ``tests/test_<NA
 from __future__ import annotations
 
 import math
+import threading
 from typing import Any, Mapping, Protocol, runtime_checkable
 
 import torch
@@ -73,6 +74,11 @@ def holder_modules(paths: list[str]) -> list[tuple[str, str]]:
     parameters keep Model's names (and, given in Model's order, its state_dict's order)."""
     held = dict.fromkeys(".".join(p.split(".")[: i + 1]) for p in paths for i in range(p.count(".")))
     return [(h.rpartition(".")[0], h.rpartition(".")[2]) for h in held]
+
+
+# Replaying Model's initialization seeds and reads the process's global generator: one replay at a time, since
+# problems may be generated from several threads (each family's init replay holds this lock throughout).
+REPLAY_LOCK = threading.RLock()
 
 
 def conv2d_default_init(out_channels: int, in_per_group: int, kh: int, kw: int, bias: bool

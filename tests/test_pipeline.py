@@ -129,7 +129,7 @@ def test_meta_inputs_are_never_materialized():
 def test_problems_load_and_generate_from_several_threads():
     """torch.fx patches nn.Module.__call__ process-wide while tracing: problems loaded from several threads at once
     (a caller's thread pool) each get their own trace (unserialized, 30 to 32 of these 32 loads failed) and the
-    sources a single thread renders."""
+    sources a single thread renders, also where rendering replays Model's draws from the global generator."""
     from concurrent.futures import ThreadPoolExecutor
 
     from kgen.problem import load_problem
@@ -138,8 +138,13 @@ def test_problems_load_and_generate_from_several_threads():
     with ThreadPoolExecutor(8) as ex:
         shapes = list(ex.map(lambda p: load_problem(p).input_shapes, [conv] * 32))
     assert shapes == [[(128, 8, 384, 384)]] * 32
-    paths = [conv, REPO / "kgen" / "problems" / "avg_pool2d.py"] * 4
-    alone = {p: emit.generate(p).files for p in paths[:2]}
+    from tests.test_conv2d_epilogue import conv as conv_kw, conv_epilogue_problem
+    custom = write_problem(conv_epilogue_problem(  # its init replays Model's draws under seeds
+        (2, 8, 12, 13), conv_kw(8, 8, 3), ["x = self.conv(x)", "return torch.relu(x) * self.scale"],
+        ["nn.init.xavier_uniform_(self.conv.weight)", "self.fc = nn.Linear(4, 3)",
+         "self.scale = nn.Parameter(torch.randn(out_channels, 1, 1) * 0.1)"]))
+    paths = [conv, REPO / "kgen" / "problems" / "avg_pool2d.py", custom] * 4
+    alone = {p: emit.generate(p).files for p in paths[:3]}
     with ThreadPoolExecutor(4) as ex:
         together = list(ex.map(lambda p: (p, emit.generate(p).files), paths))
     for p, files in together:

@@ -24,7 +24,7 @@ import torch
 
 from kgen import cudnn_tf32
 from kgen.errors import Unsupported
-from kgen.family import attr_expr, conv2d_default_init, holder_modules, template_context
+from kgen.family import REPLAY_LOCK, attr_expr, conv2d_default_init, holder_modules, template_context
 from kgen.problem import Problem
 from kgen.geometry import ceil_div, conv_out_size, pool_out_size
 from kgen.ops import Op
@@ -277,10 +277,13 @@ def reference_init_matches(spec: Spec, problem: Problem) -> bool:
         return False  # other tensors too (an unused module): conv2d_epilogue's ModelNew holds them as well
     if spec.CO * spec.CI * spec.KH * spec.KW > 1 << 24:
         return True  # too large to check cheaply on the CPU; ModelNew mirrors nn.Conv2d's default init
-    torch.manual_seed(0)
-    state = problem.namespace["Model"](*problem.init_args).state_dict()
-    torch.manual_seed(0)
-    w, b = conv2d_default_init(spec.CO, spec.CI, spec.KH, spec.KW, spec.HAS_BIAS)
+    with REPLAY_LOCK:
+        saved = torch.get_rng_state()
+        torch.manual_seed(0)
+        state = problem.namespace["Model"](*problem.init_args).state_dict()
+        torch.manual_seed(0)
+        w, b = conv2d_default_init(spec.CO, spec.CI, spec.KH, spec.KW, spec.HAS_BIAS)
+        torch.set_rng_state(saved)
     return torch.equal(state[spec.weight_name], w) and (b is None or torch.equal(state[spec.bias_name], b))
 
 

@@ -38,7 +38,7 @@ import torch.nn as nn
 
 from kgen import cudnn_tf32
 from kgen.errors import Unsupported
-from kgen.family import attr_expr, conv2d_default_init, holder_modules, template_context
+from kgen.family import REPLAY_LOCK, attr_expr, conv2d_default_init, holder_modules, template_context
 from kgen.geometry import ceil_div, conv_out_size, pool_out_size, windows_disjoint
 from kgen.ops import CONV_FUNCS, Op, attribute, between, normalize, pointwise_program, where
 from kgen.pointwise import Names, Program, derive_backward, emit_backward, emit_forward
@@ -1644,6 +1644,11 @@ def _model_tensors(spec: Spec, problem: Problem, seed: int) -> tuple[dict[str, t
 
 
 def init_plan(spec: Spec, problem: Problem) -> list[dict] | None:
+    with REPLAY_LOCK:
+        return _init_plan(spec, problem)
+
+
+def _init_plan(spec: Spec, problem: Problem) -> list[dict] | None:
     """The order of draws that reproduces Model's parameters under any seed: 'conv' (weight, then bias, drawn as
     nn.Conv2d draws them, then any 'adjust' step Model applied to them) and one expression per program tensor, found
     by replaying Model's draws under two seeds (None when no order and no recipes match)."""
