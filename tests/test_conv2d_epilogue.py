@@ -2155,11 +2155,14 @@ def test_unused_tensors_are_held_and_drawn_as_model_draws_them(before, after):
     ("x = F.dropout(x, p=0.0, training=self.training)", [], ("p=0.0", "p=0.25")),
     ("x = torch.dropout(x, 0.0, True)", [], ("0.0, True", "0.25, True")),
     ("x = x.contiguous()", [], None),
+    ("x = x.float()", [], None),
+    ("x = x.to(torch.float32)", [], None),
+    ("x = x.to(dtype=x.dtype)", [], None),
 ])
 def test_ops_that_return_their_input_are_dropped(line, init, random_form):
-    """nn.Identity, dropout with p = 0 and .contiguous() between the program's ops render the same kernels as the
-    problem without them (the binding differs only in the problem's id); dropout with p > 0 (random masks in training
-    mode) is refused by name."""
+    """nn.Identity, dropout with p = 0, .contiguous() and casts to the value's own dtype between the program's ops
+    render the same kernels as the problem without them (the binding differs only in the problem's id); dropout with
+    p > 0 (random masks in training mode) is refused by name."""
     forward = CONV_IN + ["x = torch.relu(x)", line, "return x * 2.0"]
     src = conv_epilogue_problem((2, 8, 12, 13), conv(8, 8, 3), forward, init)
     plain = conv_epilogue_problem((2, 8, 12, 13), conv(8, 8, 3), [f for f in forward if f != line], init)
