@@ -18,6 +18,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 from torch.fx.passes.shape_prop import ShapeProp
+from torch.overrides import TorchFunctionMode
 
 from kgen.errors import KgenError
 
@@ -198,6 +199,24 @@ def load_problem(path: str | Path) -> Problem:
         return _load_problem(path)
 
 
+class _StayOnMeta(TorchFunctionMode):
+    """While kgen builds a problem's model and inputs on the meta device: a device a problem file names (`device=
+    "cuda"`, `.cuda()`, `.to(device)`) becomes the meta device, so files written for a GPU load without one."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = dict(kwargs or {})
+        if func in (torch.Tensor.cuda, torch.Tensor.cpu):
+            return args[0]
+        if func is torch.Tensor.to:
+            args = tuple(a for a in args if not isinstance(a, (torch.device, str)))
+            kwargs.pop("device", None)
+            if len(args) == 1 and not {"dtype"} & set(kwargs):
+                return args[0]
+        elif "device" in kwargs:
+            kwargs["device"] = "meta"
+        return func(*args, **kwargs)
+
+
 def _load_problem(path: str | Path) -> Problem:
     path = Path(path).resolve()
     source, ns = exec_problem(path)
@@ -205,15 +224,16 @@ def _load_problem(path: str | Path) -> Problem:
     if not isinstance(init_args, (list, tuple)):
         raise KgenError(f"{path.name}: get_init_inputs() must return a list, got {type(init_args).__name__}")
     init_args = list(init_args)
-    with torch.device("meta"):
+    with torch.device("meta"), _StayOnMeta():
         model = _call_user(ns["Model"], path, "Model(*get_init_inputs())", *init_args)
         inputs = _call_user(ns["get_inputs"], path, "get_inputs()")
     if not isinstance(inputs, (list, tuple)) or not all(isinstance(t, torch.Tensor) for t in inputs):
         raise KgenError(f"{path.name}: get_inputs() must return a list of tensors")
     if any(t.device.type != "meta" for t in inputs):
         raise KgenError(
-            f"{path.name}: get_inputs() created tensors on {inputs[0].device}; create them with plain factory calls "
-            "(torch.rand(...), no device=/.cuda()) so kgen can build them on the meta device without materializing"
+            f"{path.name}: get_inputs() created tensors on {inputs[0].device}; create them with torch's factory calls "
+            "(torch.rand(...), torch.randn(...); a device= or .cuda() is fine) so kgen can build them on the meta "
+            "device without materializing them"
         )
     model.eval()
     try:

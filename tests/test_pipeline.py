@@ -126,6 +126,23 @@ def test_meta_inputs_are_never_materialized():
         assert "tensor_meta" not in node.meta or node.meta["tensor_meta"] is not None
 
 
+@pytest.mark.parametrize("make", ["torch.rand(2, 3, 16, 16).cuda()", "torch.rand(2, 3, 16, 16, device='cuda')",
+                                  "torch.rand(2, 3, 16, 16).to('cuda')", "torch.rand(2, 3, 16, 16).to(torch.device('cuda:0'))",
+                                  "torch.rand(2, 3, 16, 16).to('cuda', torch.float32)"])
+def test_problem_files_written_for_a_gpu_load_without_one(make):
+    """get_inputs() that puts its tensors on a GPU still loads on the meta device (this machine has no CUDA) and
+    renders exactly what the same file without the device renders."""
+    from kgen.problem import load_problem
+
+    plain = avg_pool_problem((2, 3, 16, 16), dict(kernel_size=2))
+    assert "torch.rand(2, 3, 16, 16)" in plain
+    problem = load_problem(write_problem(plain.replace("torch.rand(2, 3, 16, 16)", make)))
+    assert problem.input_shapes == [(2, 3, 16, 16)] and problem.input_dtypes == [torch.float32]
+    got = emit.generate(write_problem(plain.replace("torch.rand(2, 3, 16, 16)", make), name="gpu_file"))
+    want = emit.generate(write_problem(plain, name="gpu_file"))
+    assert got.files["kernel.cu"] == want.files["kernel.cu"]
+
+
 def test_problems_load_and_generate_from_several_threads():
     """torch.fx patches nn.Module.__call__ process-wide while tracing: problems loaded from several threads at once
     (a caller's thread pool) each get their own trace (unserialized, 30 to 32 of these 32 loads failed) and the
