@@ -217,6 +217,32 @@ class _StayOnMeta(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
+def _defaults_left(model: torch.nn.Module, given: int) -> dict[str, Any] | None:
+    """forward's parameters after the `given` inputs that have defaults (`def forward(self, x, alpha=0.5)` with one
+    input): traced as the constants they are in every call get_inputs() makes."""
+    import inspect
+
+    params = list(inspect.signature(model.forward).parameters.values())[given:]
+    left = {p.name: p.default for p in params
+            if p.default is not inspect.Parameter.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    return left or None
+
+
+def _drop_specialization_guards(gm: fx.GraphModule, given: int) -> None:
+    """Tracing with concrete arguments leaves a placeholder for each and a check that a call passes that value
+    (`torch._assert(alpha == 0.5)`); ModelNew's forward takes the given inputs alone, so both go."""
+    for node in [n for n in gm.graph.nodes if n.op == "placeholder"][given:]:
+        for check in list(node.users):
+            for a in list(check.users):
+                if a.op == "call_function" and a.target is torch._assert:
+                    gm.graph.erase_node(a)
+            if not check.users:
+                gm.graph.erase_node(check)
+        if not node.users:
+            gm.graph.erase_node(node)
+    gm.recompile()
+
+
 def _load_problem(path: str | Path) -> Problem:
     path = Path(path).resolve()
     source, ns = exec_problem(path)
@@ -237,7 +263,9 @@ def _load_problem(path: str | Path) -> Problem:
         )
     model.eval()
     try:
-        gm = fx.GraphModule(model, _Tracer().trace(model), "Model")
+        defaults = _defaults_left(model, len(inputs))
+        gm = fx.GraphModule(model, _Tracer().trace(model, concrete_args=defaults), "Model")
+        _drop_specialization_guards(gm, len(inputs))
     except Exception as exc:
         raise KgenError(f"{path.name}: torch.fx cannot trace Model ({_first_line(exc)}); kgen needs a traceable forward without data-dependent control flow") from None
     try:

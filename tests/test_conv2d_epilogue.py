@@ -2174,6 +2174,18 @@ def test_ops_that_return_their_input_are_dropped(line, init, random_form):
             match(load_problem(write_problem(src.replace(*random_form))))
 
 
+def test_forward_arguments_with_defaults_are_the_constants_every_call_passes():
+    """forward(self, x, alpha=0.5, clamp=True) called with get_inputs()'s one tensor: alpha and clamp are the
+    constants they default to (the tracer's guards on them dropped), so the kernel is the literal program's."""
+    lines = CONV_IN + ["return torch.relu(x) * 0.5"]
+    plain = conv_epilogue_problem((2, 8, 12, 13), conv(8, 8, 3), lines)
+    src = plain.replace("def forward(self, x):", "def forward(self, x, alpha=0.5, clamp=True):").replace(
+        "return torch.relu(x) * 0.5", "return (torch.relu(x) if clamp else x) * alpha")
+    assert "alpha=0.5" in src and "* alpha" in src
+    got, want = (emit.generate(write_problem(t)) for t in (src, plain))
+    assert got.files["kernel.cu"].replace(got.name, "NAME") == want.files["kernel.cu"].replace(want.name, "NAME")
+
+
 def test_unknown_initialization_warns_and_keeps_the_state_dict_layout():
     """A custom init kgen cannot replay (orthogonal_ on the weight) gives a warning naming the way out (load Model's
     state_dict), and ModelNew still has Model's parameter names and shapes."""
