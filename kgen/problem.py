@@ -268,6 +268,10 @@ def _load_problem(path: str | Path) -> Problem:
         _drop_specialization_guards(gm, len(inputs))
     except Exception as exc:
         raise KgenError(f"{path.name}: torch.fx cannot trace Model ({_first_line(exc)}); kgen needs a traceable forward without data-dependent control flow") from None
+    needed = [n.target for n in gm.graph.nodes if n.op == "placeholder"]
+    if len(needed) != len(inputs):
+        raise KgenError(f"{path.name}: Model.forward takes {len(needed)} inputs ({', '.join(needed)}) but get_inputs() "
+                        f"returns {len(inputs)}; make get_inputs() return one tensor for each input of forward")
     try:
         ShapeProp(gm).propagate(*inputs)
     except Exception as exc:

@@ -143,6 +143,16 @@ def test_problem_files_written_for_a_gpu_load_without_one(make):
     assert got.files["kernel.cu"] == want.files["kernel.cu"]
 
 
+def test_forward_inputs_that_get_inputs_does_not_give_are_named():
+    from kgen.errors import KgenError
+    from kgen.problem import load_problem
+
+    src = avg_pool_problem((2, 3, 16, 16), dict(kernel_size=2)).replace("def forward(self, x):", "def forward(self, x, mask):")
+    assert "mask" in src
+    with pytest.raises(KgenError, match=r"takes 2 inputs \(x, mask\) but get_inputs\(\) returns 1"):
+        load_problem(write_problem(src))
+
+
 def test_problems_load_and_generate_from_several_threads():
     """torch.fx patches nn.Module.__call__ process-wide while tracing: problems loaded from several threads at once
     (a caller's thread pool) each get their own trace (unserialized, 30 to 32 of these 32 loads failed) and the
