@@ -232,6 +232,8 @@ def _drop_specialization_guards(gm: fx.GraphModule, given: int) -> None:
     """Tracing with concrete arguments leaves a placeholder for each and a check that a call passes that value
     (`torch._assert(alpha == 0.5)`); ModelNew's forward takes the given inputs alone, so both go."""
     for node in [n for n in gm.graph.nodes if n.op == "placeholder"][given:]:
+        if not node.args:  # no default: an input get_inputs() does not give (named by the caller)
+            continue
         for check in list(node.users):
             for a in list(check.users):
                 if a.op == "call_function" and a.target is torch._assert:
