@@ -1669,7 +1669,7 @@ def _init_plan(spec: Spec, problem: Problem) -> list[dict] | None:
     functional = _conv_node(problem.gm).op == "call_function"
     lists = [["conv"] + params] + ([convs + params] if functional else [])
     orders = [tuple(together)] + ([tuple(created)] if functional else []) + [
-        order for items in lists for order in (itertools.permutations(items) if len(items) <= 5 else [])]
+        order for items in lists for order in (itertools.permutations(items) if len(items) <= 5 else [tuple(items)])]
     for order in orders:
         states = []
         for seed in SEEDS:
