@@ -1653,7 +1653,7 @@ def _init_plan(spec: Spec, problem: Problem) -> list[dict] | None:
     nn.Conv2d draws them, then any 'adjust' step Model applied to them) and one expression per program tensor, found
     by replaying Model's draws under two seeds (None when no order and no recipes match)."""
     numel = spec.CO * spec.CI // spec.G * spec.KH * spec.KW
-    if numel > 1 << 24:
+    if numel > 1 << 26:
         return None
     saved = torch.get_rng_state()
     built = [_model_tensors(spec, problem, seed) for seed in SEEDS]
