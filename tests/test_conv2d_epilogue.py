@@ -2104,8 +2104,12 @@ def test_changes_to_the_convs_own_draws_are_replayed(init, steps):
     assert [(p["kind"], p.get("name"), p.get("op")) for p in plan] == (
         [("conv", None, None)] + [("adjust", n, op) for n, op, _ in steps] + [("tensor", "scale", None)])
     assert all(e is None or p["expr"] == e for p, (_, _, e) in zip(plan[1:], steps)), plan
+    from tests.test_static_rules import violations  # it imports this module (tests/families.py)
+
+    text = emit.generate(write_problem(src)).files["model_new.py"]
+    assert violations(text) == []
     ns: dict = {"__name__": "x"}
-    exec(compile(emit.generate(write_problem(src)).files["model_new.py"], "<model_new.py>", "exec"), ns)
+    exec(compile(text, "<model_new.py>", "exec"), ns)
     user = _user(src)
     for seed in (3, 42):
         torch.manual_seed(seed)
@@ -2133,8 +2137,12 @@ def test_unused_tensors_are_held_and_drawn_as_model_draws_them(before, after):
     spec = _spec(src)
     plan = fam.init_plan(spec, load_problem(write_problem(src)))
     assert plan is not None and plan[2 * len(before)] == dict(kind="conv"), plan  # after a Linear's weight and bias
+    from tests.test_static_rules import violations  # it imports this module (tests/families.py)
+
+    text = emit.generate(write_problem(src)).files["model_new.py"]
+    assert violations(text) == []
     ns: dict = {"__name__": "x"}
-    exec(compile(emit.generate(write_problem(src)).files["model_new.py"], "<model_new.py>", "exec"), ns)
+    exec(compile(text, "<model_new.py>", "exec"), ns)
     user = _user(src)
     for seed in (3, 42):
         torch.manual_seed(seed)
