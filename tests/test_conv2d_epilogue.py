@@ -2104,6 +2104,13 @@ def test_changes_to_the_convs_own_draws_are_replayed(init, steps):
     assert [(p["kind"], p.get("name"), p.get("op")) for p in plan] == (
         [("conv", None, None)] + [("adjust", n, op) for n, op, _ in steps] + [("tensor", "scale", None)])
     assert all(e is None or p["expr"] == e for p, (_, _, e) in zip(plan[1:], steps)), plan
+    _assert_draws_as_model(src)
+
+
+def _assert_draws_as_model(src: str) -> None:
+    """The generated module passes the static rules, and ModelNew built under seeds kgen never replayed holds Model's
+    state_dict key for key (in order) and value for value, its buffers (non-persistent too) under Model's names, and
+    leaves the generator where Model's __init__ leaves it."""
     from tests.test_static_rules import violations  # it imports this module (tests/families.py)
 
     text = emit.generate(write_problem(src)).files["model_new.py"]
@@ -2113,11 +2120,14 @@ def test_changes_to_the_convs_own_draws_are_replayed(init, steps):
     user = _user(src)
     for seed in (3, 42):
         torch.manual_seed(seed)
-        want, want_next = user["Model"](*user["get_init_inputs"]()).state_dict(), torch.rand(3)
+        model = user["Model"](*user["get_init_inputs"]())
+        want, want_next = model.state_dict(), torch.rand(3)
         torch.manual_seed(seed)
-        got, got_next = ns["ModelNew"](*user["get_init_inputs"]()).state_dict(), torch.rand(3)
+        new = ns["ModelNew"](*user["get_init_inputs"]())
+        got, got_next = new.state_dict(), torch.rand(3)
         assert list(got) == list(want) and all(torch.equal(got[k], want[k]) for k in want)
         assert torch.equal(got_next, want_next), "ModelNew's __init__ consumed other draws than Model's"
+        assert [n for n, _ in new.named_buffers()] == [n for n, _ in model.named_buffers()]
 
 
 @pytest.mark.parametrize("before,after", [
@@ -2137,23 +2147,7 @@ def test_unused_tensors_are_held_and_drawn_as_model_draws_them(before, after):
     spec = _spec(src)
     plan = fam.init_plan(spec, load_problem(write_problem(src)))
     assert plan is not None and plan[2 * len(before)] == dict(kind="conv"), plan  # after a Linear's weight and bias
-    from tests.test_static_rules import violations  # it imports this module (tests/families.py)
-
-    text = emit.generate(write_problem(src)).files["model_new.py"]
-    assert violations(text) == []
-    ns: dict = {"__name__": "x"}
-    exec(compile(text, "<model_new.py>", "exec"), ns)
-    user = _user(src)
-    for seed in (3, 42):
-        torch.manual_seed(seed)
-        model = user["Model"](*user["get_init_inputs"]())
-        want, want_next = model.state_dict(), torch.rand(3)
-        torch.manual_seed(seed)
-        new = ns["ModelNew"](*user["get_init_inputs"]())
-        got, got_next = new.state_dict(), torch.rand(3)
-        assert list(got) == list(want) and all(torch.equal(got[k], want[k]) for k in want)
-        assert torch.equal(got_next, want_next)
-        assert [n for n, _ in new.named_buffers()] == [n for n, _ in model.named_buffers()]  # non-persistent too
+    _assert_draws_as_model(src)
 
 
 @pytest.mark.parametrize("line,init,random_form", [
