@@ -76,6 +76,13 @@ def holder_modules(paths: list[str]) -> list[tuple[str, str]]:
     return [(h.rpartition(".")[0], h.rpartition(".")[2]) for h in held]
 
 
+def registered_tensors(model: torch.nn.Module) -> list[str]:
+    """Every parameter and buffer (persistent or not) the model holds, by name, module by module as named_modules
+    lists them (each module's parameters, then its buffers)."""
+    return [f"{path}.{leaf}" if path else leaf for path, mod in model.named_modules()
+            for table in (mod._parameters, mod._buffers) for leaf, t in table.items() if t is not None]
+
+
 # Replaying Model's initialization seeds and reads the process's global generator: one replay at a time, since
 # problems may be generated from several threads (each family's init replay holds this lock throughout).
 REPLAY_LOCK = threading.RLock()

@@ -24,7 +24,8 @@ import torch
 
 from kgen import cudnn_tf32
 from kgen.errors import Unsupported
-from kgen.family import REPLAY_LOCK, attr_expr, conv2d_default_init, holder_modules, template_context
+from kgen.family import (REPLAY_LOCK, attr_expr, conv2d_default_init, holder_modules, registered_tensors,
+                         template_context)
 from kgen.problem import Problem
 from kgen.geometry import ceil_div, conv_out_size, pool_out_size
 from kgen.ops import Op
@@ -272,8 +273,7 @@ def reference_init_matches(spec: Spec, problem: Problem) -> bool:
     and holds a model's unused tensors too.)"""
     with torch.device("meta"):
         model = problem.namespace["Model"](*problem.init_args)
-    if [n for n, _ in model.named_parameters()] + [n for n, _ in model.named_buffers()] != [
-            n for n in (spec.weight_name, spec.bias_name) if n]:
+    if registered_tensors(model) != [n for n in (spec.weight_name, spec.bias_name) if n]:
         return False  # other tensors too (an unused module): conv2d_epilogue's ModelNew holds them as well
     if spec.CO * spec.CI * spec.KH * spec.KW > 1 << 24:
         return True  # too large to check cheaply on the CPU; ModelNew mirrors nn.Conv2d's default init

@@ -38,7 +38,8 @@ import torch.nn as nn
 
 from kgen import cudnn_tf32
 from kgen.errors import Unsupported
-from kgen.family import REPLAY_LOCK, attr_expr, conv2d_default_init, holder_modules, template_context
+from kgen.family import (REPLAY_LOCK, attr_expr, conv2d_default_init, holder_modules, registered_tensors,
+                         template_context)
 from kgen.geometry import ceil_div, conv_out_size, pool_out_size, windows_disjoint
 from kgen.ops import CONV_FUNCS, Op, attribute, between, normalize, pointwise_program, where
 from kgen.pointwise import Names, Program, derive_backward, emit_backward, emit_forward
@@ -1591,17 +1592,10 @@ def conv_tensor_names(spec: Spec) -> list[str]:
     return [n for n in (spec.weight_name, spec.bias_name) if n]
 
 
-def _registered(model: nn.Module) -> list[str]:
-    """Every parameter and buffer (persistent or not) the model holds, by name, module by module as named_modules
-    lists them."""
-    return [f"{path}.{leaf}" if path else leaf for path, mod in model.named_modules()
-            for table in (mod._parameters, mod._buffers) for leaf, t in table.items() if t is not None]
-
-
 def _model_order(model: nn.Module) -> Callable[[str], int]:
     """A sort key: a tensor name's place among the model's registered tensors (names that are plain attributes
     last)."""
-    place = {n: i for i, n in enumerate(_registered(model))}
+    place = {n: i for i, n in enumerate(registered_tensors(model))}
     return lambda name: place.get(name, len(place))
 
 
@@ -1609,7 +1603,7 @@ def unused_tensors(spec: Spec, model: nn.Module) -> list[str]:
     """Model's parameters and buffers that its forward does not read (an unused nn.Linear, a module's statistics):
     ModelNew holds and draws them too, so that its state_dict and its draws from the generator are Model's."""
     used = set(conv_tensor_names(spec)) | {p.name for p in all_params(spec)}
-    return [n for n in _registered(model) if n not in used]
+    return [n for n in registered_tensors(model) if n not in used]
 
 
 def _model_tensors(spec: Spec, problem: Problem, seed: int) -> tuple[dict[str, torch.Tensor], list[str]]:
@@ -1622,13 +1616,15 @@ def _model_tensors(spec: Spec, problem: Problem, seed: int) -> tuple[dict[str, t
         events.append((module, name))
     handles = [nn.modules.module.register_module_parameter_registration_hook(hook),
                nn.modules.module.register_module_buffer_registration_hook(hook)]
-    torch.manual_seed(seed)
-    model = problem.namespace["Model"](*problem.init_args)
-    for h in handles:
-        h.remove()
+    try:
+        torch.manual_seed(seed)
+        model = problem.namespace["Model"](*problem.init_args)
+    finally:  # the hooks are global: none outlives this construction
+        for h in handles:
+            h.remove()
     paths = {id(mod): path for path, mod in model.named_modules()}
-    core = set(conv_tensor_names(spec)) | {p.name for p in all_params(spec)}
-    names = conv_tensor_names(spec) + [p.name for p in all_params(spec)] + unused_tensors(spec, model)
+    core = conv_tensor_names(spec) + [p.name for p in all_params(spec)]
+    names = core + unused_tensors(spec, model)
     order = []
     for mod, leaf in events:
         if id(mod) in paths:
@@ -1681,7 +1677,7 @@ def _init_plan(spec: Spec, problem: Problem) -> list[dict] | None:
                 drawn, after = [], []
                 for state in states:
                     torch.set_rng_state(state)
-                    drawn.append(dict(zip(conv_tensor_names(spec), conv2d_default_init(
+                    drawn.append(dict(zip(convs, conv2d_default_init(
                         spec.CO, spec.CI // spec.G, spec.KH, spec.KW, spec.HAS_BIAS))))
                     after.append(torch.get_rng_state())
                 got = _conv_adjustments(spec, drawn, wants, after)
