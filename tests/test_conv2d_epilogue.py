@@ -1031,17 +1031,49 @@ def test_tf32_mode_matches_float64_of_tf32_rounded_operands(cid):
     _check_grad_w_of_rounded(new, model, x64, y64, z64, g, rnd)
 
 
+_CONV_ARGS = ("input", "weight", "bias", "stride", "padding", "dilation", "groups")
+_CONV_DEFAULTS = {"bias": None, "stride": 1, "padding": 0, "dilation": 1, "groups": 1}
+
+
+class _ConvCalls(torch.overrides.TorchFunctionMode):
+    """Records every conv2d call a model makes (nn.Conv2d's and F.conv2d / torch.conv2d alike): its arguments by name
+    and its output."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls: list[tuple[dict, torch.Tensor]] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if func is torch.conv2d:
+            self.calls.append(({**_CONV_DEFAULTS, **dict(zip(_CONV_ARGS, args)), **kwargs}, out))
+        return out
+
+
+def conv_call(model: nn.Module, x: torch.Tensor) -> tuple[str, dict, torch.Tensor]:
+    """model(x)'s one convolution, whichever form Model writes it in: (its weight's parameter name, which ModelNew
+    shares; its arguments by name; its output)."""
+    with _ConvCalls() as rec:
+        model(x)
+    assert len(rec.calls) == 1, f"expected one conv2d call, got {len(rec.calls)}"
+    call, out = rec.calls[0]
+    names = [n for n, p in model.named_parameters() if p is call["weight"]]
+    assert len(names) == 1, "the conv's weight is one of the model's parameters"
+    return names[0], call, out
+
+
 def _float64_of_rounded(model, x, rnd):
-    """The Model in float64 on rnd(x) with rnd(weight) (TF32 rounding, or none): (x64, y64, the conv output z64)."""
+    """The Model in float64 on rnd(x) with rnd(weight) (TF32 rounding, or none): (x64, y64, the conv output z64).
+    The conv may be nn.Conv2d or F.conv2d on the model's own tensors (conv_call)."""
     ref = copy.deepcopy(model).double()
     with torch.no_grad():
-        ref.conv.weight.copy_(rnd(model.conv.weight))
+        name, _, _ = conv_call(ref, x.detach().double())
+        ref.get_parameter(name).copy_(rnd(model.get_parameter(name)))
     x64 = rnd(x.detach()).double().requires_grad_(True)
-    conv_out = []
-    hook = ref.conv.register_forward_hook(lambda mod, args, out: conv_out.append(out))
-    y64 = ref(x64)
-    hook.remove()
-    return x64, y64, conv_out[0]
+    with _ConvCalls() as rec:
+        y64 = ref(x64)
+    return x64, y64, rec.calls[0][1]
 
 
 def tf32_inference_check(source: str, seed: int = 0) -> None:
@@ -1064,12 +1096,13 @@ def _check_grad_w_of_rounded(new, model, x64, y64, z64, g, rnd):
     gradient's entries are sums of hundreds of terms), so the check allows 1e-3 of the gradient's mean magnitude
     besides 1e-3 relative: a wrong or missing term is of that magnitude itself."""
     (g_conv,) = torch.autograd.grad(y64, z64, g.double(), retain_graph=True)
-    c = model.conv
-    w64 = rnd(c.weight.detach()).double().requires_grad_(True)
-    z = F.conv2d(x64.detach(), w64, None, c.stride, c.padding, c.dilation, c.groups)
+    with torch.no_grad():
+        name, c, _ = conv_call(model, x64.detach().to(torch.float32))
+    w64 = rnd(model.get_parameter(name).detach()).double().requires_grad_(True)
+    z = F.conv2d(x64.detach(), w64, None, c["stride"], c["padding"], c["dilation"], c["groups"])
     (gw,) = torch.autograd.grad(z, w64, rnd(g_conv).double())
     scale = max(float(gw.abs().mean()), 1.0)
-    torch.testing.assert_close(new.conv.weight.grad.double(), gw, atol=1e-3 * scale, rtol=1e-3)
+    torch.testing.assert_close(new.get_parameter(name).grad.double(), gw, atol=1e-3 * scale, rtol=1e-3)
 
 
 def _check_grad_x_of_rounded(x, x64, y64, z64, g, rnd):
@@ -1186,6 +1219,8 @@ def tf32_grad_w_check(source: str, seed: int = 0) -> None:
     torch.manual_seed(seed + 5)
     x = torch.randn(shape, device="cuda", requires_grad=True)
     x64, y64, z64 = _float64_of_rounded(model, x, tf32_round)
+    with torch.no_grad():
+        weight = conv_call(model, x.detach())[0]
     runs = []
     with tf32_mode(True, every_pass=True):
         for _ in range(2):
@@ -1195,7 +1230,7 @@ def tf32_grad_w_check(source: str, seed: int = 0) -> None:
             torch.manual_seed(seed + 7)
             g = torch.randn_like(y)
             y.backward(g)
-            runs.append(new.conv.weight.grad.clone())
+            runs.append(new.get_parameter(weight).grad.clone())
     assert torch.equal(runs[0], runs[1])
     _check_grad_w_of_rounded(new, model, x64, y64, z64, g, tf32_round)
     _check_grad_x_of_rounded(x, x64, y64, z64, g, tf32_round)  # grad_x too: it reads the same gz, pre-rounded there
