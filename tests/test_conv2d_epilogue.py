@@ -2145,7 +2145,8 @@ def test_changes_to_the_convs_own_draws_are_replayed(init, steps):
 def _assert_draws_as_model(src: str) -> None:
     """The generated module passes the static rules, and ModelNew built under seeds kgen never replayed holds Model's
     state_dict key for key (in order) and value for value, its buffers (non-persistent too) under Model's names, and
-    leaves the generator where Model's __init__ leaves it."""
+    leaves the generator where Model's __init__ leaves it; built with autograd on and, as KernelBench's harness builds
+    both, under torch.no_grad()."""
     from tests.test_static_rules import violations  # it imports this module (tests/families.py)
 
     text = emit.generate(write_problem(src)).files["model_new.py"]
@@ -2153,13 +2154,14 @@ def _assert_draws_as_model(src: str) -> None:
     ns: dict = {"__name__": "x"}
     exec(compile(text, "<model_new.py>", "exec"), ns)
     user = _user(src)
-    for seed in (3, 42):
-        torch.manual_seed(seed)
-        model = user["Model"](*user["get_init_inputs"]())
-        want, want_next = model.state_dict(), torch.rand(3)
-        torch.manual_seed(seed)
-        new = ns["ModelNew"](*user["get_init_inputs"]())
-        got, got_next = new.state_dict(), torch.rand(3)
+    for seed, grad in ((3, True), (42, False)):  # KernelBench's harness builds both under torch.no_grad(), seed 42
+        with torch.set_grad_enabled(grad):
+            torch.manual_seed(seed)
+            model = user["Model"](*user["get_init_inputs"]())
+            want, want_next = model.state_dict(), torch.rand(3)
+            torch.manual_seed(seed)
+            new = ns["ModelNew"](*user["get_init_inputs"]())
+            got, got_next = new.state_dict(), torch.rand(3)
         assert list(got) == list(want) and all(torch.equal(got[k], want[k]) for k in want)
         assert torch.equal(got_next, want_next), "ModelNew's __init__ consumed other draws than Model's"
         assert [n for n, _ in new.named_buffers()] == [n for n, _ in model.named_buffers()]
