@@ -21,7 +21,6 @@ import random
 import shutil
 import subprocess
 from types import SimpleNamespace
-from unittest import mock
 
 import pytest
 import torch
@@ -780,26 +779,43 @@ def _spec(source: str):
     return spec
 
 
+_CONV_ARGS = ("input", "weight", "bias", "stride", "padding", "dilation", "groups")
+_CONV_DEFAULTS = {"bias": None, "stride": 1, "padding": 0, "dilation": 1, "groups": 1}
+
+
+class _ConvCalls(torch.overrides.TorchFunctionMode):
+    """Records every conv2d call a model makes (nn.Conv2d's and F.conv2d / torch.conv2d alike): its arguments by name
+    and its output."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls: list[tuple[dict, torch.Tensor]] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if func is torch.conv2d:
+            self.calls.append(({**_CONV_DEFAULTS, **dict(zip(_CONV_ARGS, args)), **kwargs}, out))
+        return out
+
+
 def _conv_arguments(model: nn.Module, x: torch.Tensor) -> SimpleNamespace:
     """The convolution's arguments as nn.Conv2d holds them (pairs; padding a pair or a string) and its tensors'
-    names: read off model.conv where it is an nn.Conv2d, else recorded from the F.conv2d call model.conv(x) makes."""
+    names: read off model.conv where it is an nn.Conv2d, else recorded from the F.conv2d call model.conv(x) makes
+    (the problem files of these tests name the conv's method `conv` in both forms)."""
     if isinstance(model.conv, nn.Conv2d):
         c = model.conv
         return SimpleNamespace(groups=c.groups, kernel_size=c.kernel_size, stride=c.stride, dilation=c.dilation,
                                padding=c.padding, names=("conv.weight", "conv.bias" if c.bias is not None else None))
-    seen = []
-    conv2d = F.conv2d
     tensors = list(model.named_parameters()) + list(model.named_buffers())  # F.conv2d may take either
-
-    def record(inp, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
-        seen.append(SimpleNamespace(groups=groups, kernel_size=tuple(weight.shape[2:]), stride=_pair(stride),
-                                    dilation=_pair(dilation), padding=padding if isinstance(padding, str) else _pair(padding),
-                                    names=tuple(next((n for n, t in tensors if t is v), None) for v in (weight, bias))))
-        return conv2d(inp, weight, bias, stride, padding, dilation, groups)
-    with mock.patch.object(F, "conv2d", record):
+    with _ConvCalls() as rec:
         model.conv(x)
-    assert len(seen) == 1, seen
-    return seen[0]
+    assert len(rec.calls) == 1, rec.calls
+    c = rec.calls[0][0]
+    return SimpleNamespace(groups=c["groups"], kernel_size=tuple(c["weight"].shape[2:]), stride=_pair(c["stride"]),
+                           dilation=_pair(c["dilation"]),
+                           padding=c["padding"] if isinstance(c["padding"], str) else _pair(c["padding"]),
+                           names=tuple(next((n for n, t in tensors if t is v), None) for v in (c["weight"], c["bias"])))
 
 
 def check_spec(source: str, n_ops: int) -> None:
@@ -1031,44 +1047,12 @@ def test_tf32_mode_matches_float64_of_tf32_rounded_operands(cid):
     _check_grad_w_of_rounded(new, model, x64, y64, z64, g, rnd)
 
 
-_CONV_ARGS = ("input", "weight", "bias", "stride", "padding", "dilation", "groups")
-_CONV_DEFAULTS = {"bias": None, "stride": 1, "padding": 0, "dilation": 1, "groups": 1}
-
-
-class _ConvCalls(torch.overrides.TorchFunctionMode):
-    """Records every conv2d call a model makes (nn.Conv2d's and F.conv2d / torch.conv2d alike): its arguments by name
-    and its output."""
-
-    def __init__(self):
-        super().__init__()
-        self.calls: list[tuple[dict, torch.Tensor]] = []
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        out = func(*args, **kwargs)
-        if func is torch.conv2d:
-            self.calls.append(({**_CONV_DEFAULTS, **dict(zip(_CONV_ARGS, args)), **kwargs}, out))
-        return out
-
-
-def conv_call(model: nn.Module, x: torch.Tensor) -> tuple[str, dict, torch.Tensor]:
-    """model(x)'s one convolution, whichever form Model writes it in: (its weight's parameter name, which ModelNew
-    shares; its arguments by name; its output)."""
-    with _ConvCalls() as rec:
-        model(x)
-    assert len(rec.calls) == 1, f"expected one conv2d call, got {len(rec.calls)}"
-    call, out = rec.calls[0]
-    names = [n for n, p in model.named_parameters() if p is call["weight"]]
-    assert len(names) == 1, "the conv's weight is one of the model's parameters"
-    return names[0], call, out
-
-
 def _float64_of_rounded(model, x, rnd):
     """The Model in float64 on rnd(x) with rnd(weight) (TF32 rounding, or none): (x64, y64, the conv output z64).
-    The conv may be nn.Conv2d or F.conv2d on the model's own tensors (conv_call)."""
+    The conv may be nn.Conv2d or F.conv2d on the model's own tensors (_conv_arguments)."""
     ref = copy.deepcopy(model).double()
     with torch.no_grad():
-        name, _, _ = conv_call(ref, x.detach().double())
+        name = _conv_arguments(model, x.detach()).names[0]
         ref.get_parameter(name).copy_(rnd(model.get_parameter(name)))
     x64 = rnd(x.detach()).double().requires_grad_(True)
     with _ConvCalls() as rec:
@@ -1097,9 +1081,10 @@ def _check_grad_w_of_rounded(new, model, x64, y64, z64, g, rnd):
     besides 1e-3 relative: a wrong or missing term is of that magnitude itself."""
     (g_conv,) = torch.autograd.grad(y64, z64, g.double(), retain_graph=True)
     with torch.no_grad():
-        name, c, _ = conv_call(model, x64.detach().to(torch.float32))
+        c = _conv_arguments(model, x64.detach().to(torch.float32))
+    name = c.names[0]
     w64 = rnd(model.get_parameter(name).detach()).double().requires_grad_(True)
-    z = F.conv2d(x64.detach(), w64, None, c["stride"], c["padding"], c["dilation"], c["groups"])
+    z = F.conv2d(x64.detach(), w64, None, c.stride, c.padding, c.dilation, c.groups)
     (gw,) = torch.autograd.grad(z, w64, rnd(g_conv).double())
     scale = max(float(gw.abs().mean()), 1.0)
     torch.testing.assert_close(new.get_parameter(name).grad.double(), gw, atol=1e-3 * scale, rtol=1e-3)
@@ -1220,7 +1205,7 @@ def tf32_grad_w_check(source: str, seed: int = 0) -> None:
     x = torch.randn(shape, device="cuda", requires_grad=True)
     x64, y64, z64 = _float64_of_rounded(model, x, tf32_round)
     with torch.no_grad():
-        weight = conv_call(model, x.detach())[0]
+        weight = _conv_arguments(model, x.detach()).names[0]
     runs = []
     with tf32_mode(True, every_pass=True):
         for _ in range(2):
