@@ -400,6 +400,12 @@ REG_STAGE_REGS = 48
 # p2) on 40x41 one-float, on 40x42 two-float; test_compile's REG_HALOS); at 5 (RB 9) none of 20 such convolutions
 # spilled (66-126 registers). 4-float groups keep HV + 2 (RB 8, timed)
 REG_GROUP_REGS = {4: 6, 2: 5, 1: 5}
+# Where a stride exceeds 2 a group keeps one register more live (its rows' and columns' offsets step by the stride):
+# counted as above, the wgmma instances of such forwards spilled 4-56 bytes at 128 registers on sm_90a (a compile
+# sweep's draw, seed 4905: Conv2d(16->40, 3, s3, dil 3) on 36x16; then a grid of strides (3, 3), (3, 2), (2, 3) over
+# 16-128 out channels, 4- and 2-float groups); with one more (RB 6 and 8) none of the grid's 211 register-staged
+# convolutions (strides 1-4) spilled on sm_90a
+REG_WIDE_STRIDE_EXTRA = 1
 NOFLUSH_K_MAX = 2304  # the halo forward / grad_x with TF32 allowed: longest reduction accumulated without a flush
 # The TF32 main loops of grad_x from halo tiles and of the halo forward's staged training instance unroll all taps up to
 # this many (3x3), else one row of them, as the folded kernels do: unrolling all 25 of a 5x5 kernel spilled 28 bytes on
@@ -480,7 +486,7 @@ def _halo(cin: int, hin: int, win: int, cin_g: int, hout: int, wout: int, cout_g
     # the register staging's batches: RB groups (HV floats each) a thread loads before it stores any, NB batches
     groups = cc * hh * (hrow // hv)
     per_thread = ceil_div(groups, tile["THREADS"])
-    rb = min(per_thread, REG_STAGE_REGS // REG_GROUP_REGS[hv])
+    rb = min(per_thread, REG_STAGE_REGS // (REG_GROUP_REGS[hv] + (REG_WIDE_STRIDE_EXTRA if max(stride) > 2 else 0)))
     if smem > HALO_SMEM_MAX:
         return None
     # FLUSH_TF32: with TF32 allowed, the mmas accumulate on acc directly unless the reduction is long. The tensor core
