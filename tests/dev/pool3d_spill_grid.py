@@ -1,7 +1,7 @@
 """Random 3-d max pools (kernel depth 2-4; float32, or --half: float16 / bfloat16) through the pool family, each
 rendered kernel compiled for sm_80 and sm_90 with ptxas -v: prints the window forward's tiling (kernel, stride, VO,
-vector, rows, packed, window_words) and any kernel that spills. Found in the forty-first session: 11 of 60 float32
-draws (seed 2) spill 4-36 bytes, mostly in the backward kernel `bwd` that reads 1-byte offsets, and the forward at
+vector, rows, packed, window_words), the backward design and any kernel that spills. Found in the forty-first session: 11 of 60 float32
+draws (seed 2) spill 4-36 bytes, mostly in the scatter backward (`bwd`), and the forward at
 130-136 words; 4 of 60 2-byte draws (seed 1) spill 4-8 bytes (packed forward and backward). docs/notes/pool_plan.md.
 Usage: python tests/dev/pool3d_spill_grid.py SEED N [--half]"""
 import sys, subprocess, re, tempfile, random
@@ -44,7 +44,7 @@ def check(p):
                 if m: ent = m.group(1)
                 m = re.search(r"(\d+) bytes spill stores", ln)
                 if m and m.group(1) != "0": out.append((arch, m.group(1), re.sub(r"^.*kgen_pool_\w{8}_", "", ent)[:30]))
-        return (g.kernel, g.stride, t["vo"], t["vec"], t["nj"], t["packed"], words, out)
+        return (g.kernel, g.stride, t["vo"], t["vec"], t["nj"], t["packed"], words, pl["backward"], out)
 rng = random.Random(int(sys.argv[1]))
 cases = []
 for _ in range(int(sys.argv[2])):
