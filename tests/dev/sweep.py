@@ -7,7 +7,9 @@ Pool draws are generated with the walk's size threshold lifted (walk_lifted), so
 slice take the walking forward; the GPU summary counts them.
 --path KEY keeps only the draws whose family's derive() has a truthy KEY (a kernel path, e.g. FMA_DX or HALO_DX;
 HALO.REG: a key of the HALO plan).
-Usage: python tests/dev/sweep.py [--n 12] [--seed 1] [--family NAME] [--path KEY] [--compile] [--gpu] [--jobs 12]"""
+--files A.py B.py checks those problem files (e.g. tests/dev/cases/*.py) in place of random draws.
+Usage: python tests/dev/sweep.py [--n 12] [--seed 1] [--family NAME] [--path KEY] [--files F ...] [--compile] [--gpu]
+[--jobs 12]"""
 
 import argparse
 import contextlib
@@ -87,6 +89,14 @@ def takes(src: str, key: str):
     return v
 
 
+def family_of(src: str) -> str:
+    """The name of the family that serves a problem's source."""
+    from kgen.problem import load_problem
+    from kgen.spec import match
+
+    return match(load_problem(write_problem(src)))[0].NAME
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=12, help="problems per family")
@@ -96,8 +106,12 @@ def main():
     ap.add_argument("--gpu", action="store_true")
     ap.add_argument("--jobs", type=int, default=12, help="parallel extension builds before the GPU checks")
     ap.add_argument("--path", default=None, help="only the draws whose derive() has this key truthy (e.g. FMA_DX)")
+    ap.add_argument("--files", nargs="+", default=None, help="these problem files in place of random draws")
     a = ap.parse_args()
-    cases = [(f, s) for f, s in random_problems(a.n, a.seed) if a.family in (None, f)]
+    if a.files:
+        cases = [(family_of(s), s) for s in (Path(f).read_text() for f in a.files)]
+    else:
+        cases = [(f, s) for f, s in random_problems(a.n, a.seed) if a.family in (None, f)]
     if a.path:
         cases = [(f, s) for f, s in cases if takes(s, a.path)]
         print(f"--path {a.path}: {len(cases)} draws", flush=True)
