@@ -1128,8 +1128,59 @@ def test_wgmma_plan_and_render():
         assert f"wgmma.mma_async.sync.aligned.m64n{n}k8.f32.tf32.tf32 {{ %0, " in kernel, cid
         assert f"%{n // 2 - 1} }}, {{ %{n // 2}, " in kernel and f'"+f"(d[{n // 8 - 1}][3])' in kernel
         assert "bs + (threadIdx.x >> 7) * (64 * T::NI) : bs;" in kernel
-        assert "halo_layout(tf32, " in kernel and "Gm::WGMMA && !X3 && !SAVE>" in kernel
+        assert "halo_layout<HaloF>(tf32, " in kernel and "constexpr bool WG = Gm::WGMMA && !SAVE && (!X3 || Gm::X3WG);" in kernel
     assert seen == {1, 2}, "CASES take wgmma on both one- and two-warpgroup tiles"
+
+
+# CASES whose 3xTF32 (TF32 off) inference forward also runs on wgmma in an sm_90a build (HALO["WGMMA_X3"])
+X3_WGMMA_CASES = [cid for cid in WGMMA_CASES if fam.derive(_spec(CASE[cid]))["HALO"]["WGMMA_X3"]]
+
+
+def test_x3_wgmma_plan_and_render():
+    """CPU: the 3xTF32 inference instances take wgmma where the single-pass ones do, the unflushed reduction (three
+    products a term) is within NOFLUSH_K_MAX and two CTAs of their shared memory (B's halves both staged) fit an sm_90
+    SM; the kernel then declares X3WG from the KGEN_SM90A build define (so host and device agree), stages SMEM_X3
+    bytes, one more weight block than the other instances, and issues three wgmmas a k step in kg_mma3's order."""
+    assert len(X3_WGMMA_CASES) >= 6
+    for cid in CASE:
+        d = fam.derive(_spec(CASE[cid]))
+        h = d["HALO"]
+        if h is None:
+            continue
+        weights = h["KH"] * h["KW"] * h["CC"] * d["HF"]["BN"] * 4  # a chunk's staged weights, one half
+        assert h["SMEM_X3"] == h["SMEM_BYTES"] + h["STAGES"] * weights, cid
+        want = (h["WGMMA"] and 3 * h["CING"] * h["KH"] * h["KW"] <= fam.NOFLUSH_K_MAX
+                and 2 * (h["SMEM_X3"] + 1024) <= fam.SM90_SMEM_PER_SM)
+        assert h["WGMMA_X3"] is want, cid
+        if cid not in X3_WGMMA_CASES[:4]:
+            continue
+        kernel = emit.generate(write_problem(CASE[cid])).files["kernel.cu"]
+        assert "static constexpr bool X3WG = KGEN_SM90A != 0;" in kernel, cid
+        assert (f"static constexpr int SMEM_X3 = {h['SMEM_X3']};" in kernel
+                and "x3_smem(" in kernel and "HaloF::WT_ALLOC" in kernel), cid
+        issue = kernel.split("auto issue = [&](int ks, uint32_t (&ar)[HALVES][T::MI][4])", 1)[1].split("wgmma_commit();", 1)[0]
+        order = [ln.strip() for ln in issue.splitlines() if ln.strip().startswith("wgmma_tf32(")]
+        assert order == ["wgmma_tf32(acc[mi], ar[1][mi], desc);", "wgmma_tf32(acc[mi], ar[0][mi], desc_lo);",
+                         "wgmma_tf32(acc[mi], ar[0][mi], desc);"], cid
+    none = next(cid for cid in WGMMA_CASES if cid not in X3_WGMMA_CASES)
+    assert "static constexpr bool X3WG = false;" in emit.generate(write_problem(CASE[none])).files["kernel.cu"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cid", X3_WGMMA_CASES)
+def test_x3_wgmma_forward_matches_float64(cid):
+    """TF32 off: the inference forward (3xTF32 on wgmma in an sm_90a build, mma.sync elsewhere) and a training
+    forward against the Model in float64 on the same x and weight, within 1e-4."""
+    model, new, shape = setup_problem(CASE[cid])
+    torch.manual_seed(5)
+    x = torch.randn(shape, device="cuda")
+    _, y64, _ = _float64_of_rounded(model, x, lambda t: t)
+    with tf32_mode(False):
+        with torch.no_grad():
+            y_inf = new(x)
+        y_train = new(x.requires_grad_(True))
+    torch.testing.assert_close(y_inf.double(), y64, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(y_train.double(), y64, atol=1e-4, rtol=1e-4)
 
 
 @pytest.mark.gpu
@@ -1498,7 +1549,7 @@ def test_tf32_halo_accumulates_unflushed_up_to_noflush_k_max():
         h = fam._halo(cin_g, 16, 16, cin_g, 16, 16, 64, (3, 3), (1, 1), (1, 1), (1, 1), tile, False)
         assert h["FLUSH_TF32"] is flush, cin_g
     kernel = emit.generate(write_problem(CASE["halo_ci256_k3_noflush_tanh"])).files["kernel.cu"]
-    assert "static constexpr bool FLUSH_TF32 = false;" in kernel and "constexpr bool FLUSH = X3 || Gm::FLUSH_TF32;" in kernel
+    assert "static constexpr bool FLUSH_TF32 = false;" in kernel and "constexpr bool FLUSH = (X3 && !WG) || Gm::FLUSH_TF32;" in kernel
 
 
 def test_halo_tf32_forward_asks_for_four_ctas_an_sm_where_they_fit():
