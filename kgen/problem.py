@@ -46,8 +46,10 @@ class Problem:
     init_signature: list[tuple[str, Any]] = field(default_factory=list)  # (name, default or EMPTY)
 
     def module_code_without_model(self) -> str:
-        """The problem file's module-level code minus ``class Model`` (keeps get_inputs and its globals), and minus
-        torch imports nothing else uses (``import torch.nn.functional as F`` would trip KernelBench's checker)."""
+        """The problem file's module-level code minus ``class Model`` (keeps get_inputs and its globals), minus
+        torch imports nothing else uses (``import torch.nn.functional as F`` would trip KernelBench's checker), and
+        minus docstrings and other bare strings (the checker reads words inside strings: a docstring saying "pass" or
+        "try" would fail the generated module)."""
         with AST_LOCK:
             tree = ast.parse(self.source)
         lines = self.source.splitlines(keepends=True)
@@ -56,6 +58,7 @@ class Problem:
             if isinstance(node, ast.ClassDef) and node.name == "Model":
                 start = min([node.lineno] + [d.lineno for d in node.decorator_list])
                 drop.append((start, node.end_lineno))
+        drop += _bare_strings(tree, lines)
         kept_nodes = [n for n in tree.body if not any(a <= n.lineno <= b for a, b in drop)]
         used = {n.id for k in kept_nodes if not isinstance(k, (ast.Import, ast.ImportFrom))
                 for n in ast.walk(k) if isinstance(n, ast.Name)}
@@ -70,6 +73,31 @@ class Problem:
         while "\n\n\n\n" in text:
             text = text.replace("\n\n\n\n", "\n\n\n")
         return text.strip("\n") + "\n"
+
+
+def _is_bare_string(node: ast.stmt) -> bool:
+    return isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+
+
+def _bare_strings(tree: ast.Module, lines: list[str]) -> list[tuple[int, int]]:
+    """Line ranges of statements that are only a string (docstrings) in the module body and in the bodies of its
+    functions and classes, where the string has its lines to itself and the body keeps another statement."""
+    out = []
+
+    def alone(node: ast.stmt) -> bool:  # no other statement on its first or last line
+        first, last = lines[node.lineno - 1], lines[node.end_lineno - 1]
+        return not first[:node.col_offset].strip() and not last[node.end_col_offset:].strip().lstrip(";").strip()
+
+    def visit(body: list[ast.stmt]) -> None:
+        strings = [n for n in body if _is_bare_string(n) and alone(n)]
+        if len(strings) < len(body):
+            out.extend((n.lineno, n.end_lineno) for n in strings)
+        for n in body:
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                visit(n.body)
+
+    visit(tree.body)
+    return out
 
 
 def _first_line(exc: BaseException) -> str:
