@@ -121,6 +121,42 @@ def test_register_staged_halo_forwards_compile_without_spills(tmp_path, shape):
     assert not bad, "\n".join(bad)
 
 
+# The channel reduction folded into the halo forward (FUSED_CREDUCE) on a kernel of more than 9 taps: its mma.sync
+# instances unroll a kernel row at a time (all 20 taps of this one, a compile sweep's draw, seed 5004, spilled 76 bytes
+# on sm_80 and sm_90 in the TF32 instance)
+CREDUCE_WIDE_KERNEL = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(8, 40, (4, 5), stride=(1, 2), dilation=2)
+
+    def forward(self, x):
+        return torch.clamp(torch.logsumexp(self.conv(x) * 0.15, 1, True), -1.0, 1.0)
+
+
+def get_inputs():
+    return [torch.randn(2, 8, 26, 34)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc not on PATH")
+def test_channel_fold_on_a_20_tap_kernel_compiles_without_spills(tmp_path):
+    path = write_problem(CREDUCE_WIDE_KERNEL)
+    d = conv_plan(path)
+    assert d["FUSED_CREDUCE"] is not None and d["FUSED_CREDUCE"]["TAP_UNROLL"] == 5 and d["HALO"]["TAP_UNROLL"] == 20
+    report = ptxas_report(tmp_path, emit.generate(path).files["kernel.cu"], ("80", "90"), 0)
+    assert re.findall(r"Compiling entry function '\w+conv_forward_haloILb0ELb1ELb0E", report), report[-2000:]
+    bad = ptxas.findings(report)
+    assert not bad, "\n".join(bad)
+
+
 # A 1x1 convolution whose halo chunks are wider than 8 channels, at 4 CTAs an SM on sm_90: its TF32 inference instance
 # runs on wgmma in sm_90a images, on mma.sync in plain sm_90 ones, where it spilled 32 bytes at 128 registers; 4 CTAs
 # are asked for in sm_90a images of Hopper-path builds only (HALO_TF32_CTAS_WGMMA_ONLY)

@@ -1057,11 +1057,13 @@ def fused_creduce(spec: Spec, halo: dict | None, tile: dict, fma_fwd: dict | Non
     ctiles = ceil_div(cog, bn)
     if min(cog, bn) < FOLD_CREDUCE_MIN_CHANNELS or tile["BM"] != halo["TH"] * halo["TW"] or tile["THREADS"] < tile["BM"]:
         return None
-    # taps unrolled as the unfolded forward's (TAP_UNROLL): a kernel row at a time (the folded pool's choice) spilled 16
-    # bytes at 128 registers on sm_90 (scaling_min_c's TF32 instance at 4 CTAs an SM); the warp columns' partials
-    # (2 x 4 warps) reuse the operands' shared memory (the template's static_assert checks they fit)
+    # taps unrolled (on mma.sync; its wgmma instance takes the forward's TAP_UNROLL) as tap_unroll says: all of a 3x3
+    # kernel (a kernel row at a time, the folded pool's choice, spilled 16 bytes at 128 registers on sm_90:
+    # scaling_min_c's TF32 instance at 4 CTAs an SM), a row of larger ones (all 20 taps of Conv2d(8->40, (4, 5), s (1, 2),
+    # dil 2) -> logsumexp over C spilled 76 bytes on sm_80 and sm_90 at 2 CTAs: a compile sweep's draw, seed 5004); the
+    # warp columns' partials (2 x 4 warps) reuse the operands' shared memory (the template's static_assert checks they fit)
     return dict(common, PARTS=spec.G * ctiles, FINISH=spec.G * ctiles > 1, SMEM_BYTES=halo["SMEM_BYTES"],
-                TAP_UNROLL=halo["TAP_UNROLL"])
+                TAP_UNROLL=tap_unroll(spec.KH, spec.KW))
 
 
 def fold_pool_backward(spec: Spec) -> dict | None:
