@@ -505,7 +505,8 @@ def _halo(cin: int, hin: int, win: int, cin_g: int, hout: int, wout: int, cout_g
     # accumulators of a flushed chain would need twice the registers, and grad_x (flip) keeps mma.sync
     wgmma = not flip and not flush and wgmma_tile_ok(tile)
     wg_n = tile["BN"] // tile["WARPS_N"] if wgmma else 0  # a warpgroup's n (a warp column's out channels)
-    # WGMMA_X3 (HaloF::X3WG): the 3xTF32 inference instances on wgmma too, in sm_90a builds (halo_x3_wgmma's comment)
+    # WGMMA_X3 (HaloF::X3WG): the 3xTF32 inference instances on wgmma too, in sm_90a builds (HALO_X3_WGMMA_SMEM_MAX's
+    # comment)
     smem_x3 = stages * (stage + k[0] * k[1] * cc * tile["BN"] * 4)  # B's low halves staged beside its high ones
     wgmma_x3 = wgmma and 3 * cin_g * k[0] * k[1] <= NOFLUSH_K_MAX and smem_x3 <= HALO_X3_WGMMA_SMEM_MAX
     kh0, ksh, kw0, ksw, oh0, osh, ow0, osw = phase
@@ -517,17 +518,6 @@ def _halo(cin: int, hin: int, win: int, cin_g: int, hout: int, wout: int, cout_g
                 STAGES=stages, SMEM_BYTES=smem, FLUSH_TF32=flush,
                 TILES_H=ceil_div(hout, th), TILES_W=ceil_div(wout, tw), TAP_UNROLL=unroll,
                 WGMMA=wgmma, WGMMA_N=wg_n, WGMMA_REGS=wg_n // 2, WGMMA_X3=wgmma_x3, SMEM_X3=smem_x3)
-
-
-# The halo forward's 3xTF32 (TF32 off) inference instances on sm_90a run on wgmma as the single-pass ones do (below),
-# three wgmmas a k step (A's low half x B's high, A's high x B's low, high x high, as kg_mma3): A is split in registers
-# as it is loaded, B's halves are arranged once per call and both staged, so a CTA's shared memory grows by one more
-# copy of its weights. Where the mma.sync instances flush a chunk's products into acc (flush_acc), these accumulate
-# on acc, so they are taken only where the unflushed reduction, 3 * CIG * KH * KW products, is within NOFLUSH_K_MAX
-# (the single-pass rule's bound on the tensor core's truncated sums), and where two CTAs an SM (the 3xTF32 instances'
-# launch bound) fit their shared memory. mma.sync on an H100 has half wgmma's TF32 rate; the TF32-off forwards were
-# 2.5-3.3x eager where issue 9 asks 5x where the output shrinks (thirty-eighth session). HALO_X3_WGMMA_SMEM_MAX, below
-# SM90_SMEM_PER_SM, bounds their shared memory.
 
 
 # The halo forward's single-pass TF32 instances on sm_90a (H100 / H200 builds, the "9.0a" target) run their k steps
@@ -582,7 +572,16 @@ HALO_TF32_CTAS_MIN_CHUNKS = 8
 HALO_TF32_CTAS_MAX_TAPS = 9
 HALO_TF32_CTAS_POOL_SAVE_MAX = 3  # the folded pool's training instance: its saved winners spilled 8 bytes at 128 registers
 SM90_SMEM_PER_SM = 228 * 1024  # an sm_90 SM's shared memory; each resident CTA also reserves 1 KB of it
-HALO_X3_WGMMA_SMEM_MAX = SM90_SMEM_PER_SM // 2 - 1024  # two 3xTF32 wgmma CTAs an SM (_halo's WGMMA_X3)
+# The halo forward's 3xTF32 (TF32 off) inference instances on sm_90a run on wgmma as the single-pass ones do (above),
+# three wgmmas a k step (A's low half x B's high, A's high x B's low, high x high, as kg_mma3): A is split in registers
+# as it is loaded, B's halves are arranged once per call and both staged, so a CTA's shared memory grows by one more
+# copy of its weights. Where the mma.sync instances flush a chunk's products into acc (flush_acc), these accumulate
+# on acc, so _halo takes them (WGMMA_X3) only where the unflushed reduction, 3 * CIG * KH * KW products, is within
+# NOFLUSH_K_MAX (the single-pass rule's bound on the tensor core's truncated sums), and where two CTAs an SM (the
+# 3xTF32 instances' launch bound) fit their shared memory: at most this much. mma.sync on an H100 has half wgmma's TF32
+# rate; H100, TF32 off (forty-second session): the min-over-C example's forward 0.622 -> 0.383 ms, MaxPool -> mish
+# 1.676 -> 1.178, gelu -> global average 0.924 -> 0.734.
+HALO_X3_WGMMA_SMEM_MAX = SM90_SMEM_PER_SM // 2 - 1024
 
 
 def halo_tf32_ctas(halo: dict | None, tile: dict, fwd_smem: int, folds: tuple) -> int:

@@ -76,13 +76,18 @@ def other_seeds(src: str, lift: bool, seeds=(1, 2)) -> str:
     return ", ".join(out)
 
 
-def takes(src: str, key: str):
-    """The draw's derive()[key] (a kernel path such as FMA_DX or HALO; a dotted key looks inside a plan, e.g.
-    HALO.REG), None where its family has no derive() or the draw has no such plan."""
+def matched(src: str):
+    """(family, spec) of a problem's source, as kgen generate matches it."""
     from kgen.problem import load_problem
     from kgen.spec import match
 
-    fam, spec = match(load_problem(write_problem(src)))
+    return match(load_problem(write_problem(src)))
+
+
+def takes(src: str, key: str):
+    """The draw's derive()[key] (a kernel path such as FMA_DX or HALO; a dotted key looks inside a plan, e.g.
+    HALO.REG), None where its family has no derive() or the draw has no such plan."""
+    fam, spec = matched(src)
     v = getattr(fam, "derive", lambda s: {})(spec)
     for part in key.split("."):
         v = v.get(part) if isinstance(v, dict) else None
@@ -91,10 +96,7 @@ def takes(src: str, key: str):
 
 def family_of(src: str) -> str:
     """The name of the family that serves a problem's source."""
-    from kgen.problem import load_problem
-    from kgen.spec import match
-
-    return match(load_problem(write_problem(src)))[0].NAME
+    return matched(src)[0].NAME
 
 
 def main():
