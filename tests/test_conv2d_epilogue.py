@@ -1142,13 +1142,23 @@ def test_x3_wgmma_plan_and_render():
     SM; the kernel then declares X3WG from the KGEN_SM90A build define (so host and device agree), stages SMEM_X3
     bytes, one more weight block than the other instances, and issues three wgmmas a k step in kg_mma3's order."""
     assert len(X3_WGMMA_CASES) >= 6
+    seen_one = set()
     for cid in CASE:
         d = fam.derive(_spec(CASE[cid]))
         h = d["HALO"]
         if h is None:
             continue
         weights = h["KH"] * h["KW"] * h["CC"] * d["HF"]["BN"] * 4  # a chunk's staged weights, one half
-        assert h["SMEM_X3"] == h["SMEM_BYTES"] + h["STAGES"] * weights, cid
+        assert h["SMEM_X3"] == h["STAGES_X3"] * (h["SMEM_BYTES"] // h["STAGES"] + weights), cid
+        # one buffer only on 128-thread tiles where two would leave fewer than 3 CTAs an sm_90 SM and one would not
+        def ctas(stages: int) -> int:
+            x3 = stages * (h["SMEM_BYTES"] // h["STAGES"] + weights)
+            return fam.SM90_SMEM_PER_SM // (max(x3, h["SMEM_BYTES"]) + 1024)
+
+        one = h["STAGES"] == 2 and d["HF"]["THREADS"] == 128 and ctas(2) < 3 <= ctas(1)
+        assert h["STAGES_X3"] == (1 if one else h["STAGES"]), cid
+        assert h["X3_CTAS"] == (3 if one else 2), cid
+        seen_one.add(one)
         want = (h["WGMMA"] and 3 * h["CING"] * h["KH"] * h["KW"] <= fam.NOFLUSH_K_MAX
                 and 2 * (h["SMEM_X3"] + 1024) <= fam.SM90_SMEM_PER_SM)
         assert h["WGMMA_X3"] is want, cid
@@ -1156,12 +1166,15 @@ def test_x3_wgmma_plan_and_render():
             continue
         kernel = emit.generate(write_problem(CASE[cid])).files["kernel.cu"]
         assert "static constexpr bool X3WG = KGEN_SM90A != 0;" in kernel, cid
-        assert (f"static constexpr int SMEM_X3 = {h['SMEM_X3']};" in kernel
+        assert (f"static constexpr int SMEM_X3 = {h['SMEM_X3']}, STAGES_X3 = {h['STAGES_X3']};" in kernel
                 and "x3_smem(" in kernel and "HaloF::WT_ALLOC" in kernel), cid
+        assert f"static constexpr int X3_CTAS = X3WG ? {h['X3_CTAS']} : 2;" in kernel, cid
+        assert "__launch_bounds__(TileH::THREADS, X3 ? (SAVE ? 2 : HaloF::X3_CTAS) :" in kernel, cid
         issue = kernel.split("auto issue = [&](int ks, uint32_t (&ar)[HALVES][T::MI][4])", 1)[1].split("wgmma_commit();", 1)[0]
         order = [ln.strip() for ln in issue.splitlines() if ln.strip().startswith("wgmma_tf32(")]
         assert order == ["wgmma_tf32(acc[mi], ar[1][mi], desc);", "wgmma_tf32(acc[mi], ar[0][mi], desc_lo);",
                          "wgmma_tf32(acc[mi], ar[0][mi], desc);"], cid
+    assert seen_one == {False, True}, "CASES stage the 3xTF32 wgmma instance in one buffer and in two"
     none = next(cid for cid in WGMMA_CASES if cid not in X3_WGMMA_CASES)
     assert "static constexpr bool X3WG = false;" in emit.generate(write_problem(CASE[none])).files["kernel.cu"]
 

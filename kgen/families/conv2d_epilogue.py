@@ -506,8 +506,18 @@ def _halo(cin: int, hin: int, win: int, cin_g: int, hout: int, wout: int, cout_g
     wgmma = not flip and not flush and wgmma_tile_ok(tile)
     wg_n = tile["BN"] // tile["WARPS_N"] if wgmma else 0  # a warpgroup's n (a warp column's out channels)
     # WGMMA_X3 (HaloF::X3WG): the 3xTF32 inference instances on wgmma too, in sm_90a builds (HALO_X3_WGMMA_SMEM_MAX's
-    # comment)
-    smem_x3 = stages * (stage + k[0] * k[1] * cc * tile["BN"] * 4)  # B's low halves staged beside its high ones
+    # comment). B's low halves are staged beside its high ones. STAGES_X3: one buffer (HALO_X3_ONE_STAGE_CTAS' comment)
+    # on 4 x 1 warp tiles where two leave fewer than that many CTAs an sm_90 SM and one would not (counted on the
+    # instance's dynamic shared memory, x3_smem: the larger of SMEM_X3 and the single-pass instance's)
+    def x3_bytes(n: int) -> int:
+        return n * (stage + k[0] * k[1] * cc * tile["BN"] * 4)
+
+    def ctas(n: int) -> int:
+        return SM90_SMEM_PER_SM // (max(x3_bytes(n), stages * stage) + 1024)
+
+    one = stages == 2 and tile["THREADS"] == 128 and ctas(2) < HALO_X3_ONE_STAGE_CTAS <= ctas(1)
+    stages_x3 = 1 if one else stages
+    smem_x3 = x3_bytes(stages_x3)
     wgmma_x3 = wgmma and 3 * cin_g * k[0] * k[1] <= NOFLUSH_K_MAX and smem_x3 <= HALO_X3_WGMMA_SMEM_MAX
     kh0, ksh, kw0, ksw, oh0, osh, ow0, osw = phase
     return dict(CIN=cin, HIN=hin, WIN=win, CING=cin_g, HOUT=hout, WOUT=wout, COUTG=cout_g, SH=stride[0], SW=stride[1],
@@ -517,7 +527,8 @@ def _halo(cin: int, hin: int, win: int, cin_g: int, hout: int, wout: int, cout_g
                 REG=reg, PHS=phs, HP=hp, RB=rb, NB=ceil_div(per_thread, rb),
                 STAGES=stages, SMEM_BYTES=smem, FLUSH_TF32=flush,
                 TILES_H=ceil_div(hout, th), TILES_W=ceil_div(wout, tw), TAP_UNROLL=unroll,
-                WGMMA=wgmma, WGMMA_N=wg_n, WGMMA_REGS=wg_n // 2, WGMMA_X3=wgmma_x3, SMEM_X3=smem_x3)
+                WGMMA=wgmma, WGMMA_N=wg_n, WGMMA_REGS=wg_n // 2, WGMMA_X3=wgmma_x3, SMEM_X3=smem_x3, STAGES_X3=stages_x3,
+                X3_CTAS=HALO_X3_ONE_STAGE_CTAS if one else 2)
 
 
 # The halo forward's single-pass TF32 instances on sm_90a (H100 / H200 builds, the "9.0a" target) run their k steps
@@ -582,6 +593,13 @@ SM90_SMEM_PER_SM = 228 * 1024  # an sm_90 SM's shared memory; each resident CTA 
 # rate; H100, TF32 off (forty-second session): the min-over-C example's forward 0.622 -> 0.383 ms, MaxPool -> mish
 # 1.676 -> 1.178, gelu -> global average 0.924 -> 0.734.
 HALO_X3_WGMMA_SMEM_MAX = SM90_SMEM_PER_SM // 2 - 1024
+# STAGES_X3: the X3WG instance of a 128-thread tile stages one buffer where two would leave fewer than this many
+# CTAs an SM and one would not; the SM's other CTAs then cover the lone buffer's loads, and the instance asks for them
+# in its launch bound (HALO_X3_CTAS: 168 registers a thread). 256-thread tiles fill the register file at 2 CTAs, so one
+# stage buys them no CTA. H100, TF32 off, forward (forty-third session, same run): MaxPool -> mish 1.186 -> 1.012 ms
+# (two buffers: 88.6 KB, 2 CTAs an SM), relu + bias 1.046 -> 0.985; hardswish (4 x 2 warps) lost 1.265 -> 1.663
+# ms with one stage (its 128-register bound then spilled 20 bytes), so it keeps two
+HALO_X3_ONE_STAGE_CTAS = 3
 
 
 def halo_tf32_ctas(halo: dict | None, tile: dict, fwd_smem: int, folds: tuple) -> int:
