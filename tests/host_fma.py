@@ -6,9 +6,10 @@ __syncthreads, blocks one at a time, shared memory as function statics, dynamic 
 their indexing is checked against PyTorch without a GPU (tests/test_host_fma.py). __syncwarp is a std::barrier a
 warp, __shfl_xor_sync an exchange through a static array between two of them; mma.sync m16n8k8 TF32 likewise: each
 lane posts its fragments, then computes its outputs from the warp's (operands' low 13 bits dropped as the tensor core
-does, products summed in double); cp.async is a plain copy. `forward_fold` runs the FMA forward with a first
-reduction over (H, W) folded in (FUSED_REDUCE) and its finishing kernel; the halo runs take the tile machinery's and
-the halo sections (cp.async helpers cut out, the shim's used instead)."""
+does, products summed in double, the result truncated to float32 as the tensor core does); cp.async is a plain copy.
+`forward_fold` runs the FMA forward with a first reduction over (H, W) folded in (FUSED_REDUCE) and its finishing
+kernel; the halo runs take the tile machinery's and the halo sections (cp.async helpers cut out, the shim's used
+instead)."""
 
 import re
 import shutil
@@ -72,9 +73,15 @@ inline uint32_t tf32_rna(float v) {
 }
 // mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 for one warp: each lane posts its fragments, then computes its
 // four outputs from the warp's (the operands' low 13 bits ignored, as the tensor core does; products summed in
-// double). a: (row g, k q), (g + 8, q), (g, q + 4), (g + 8, q + 4); b: (k q, col g), (q + 4, g); c: (g, 2q), (g, 2q + 1),
+// double, the result truncated to float32). a: (row g, k q), (g + 8, q), (g, q + 4), (g + 8, q + 4); b: (k q, col g), (q + 4, g); c: (g, 2q), (g, 2q + 1),
 // (g + 8, 2q), (g + 8, 2q + 1); g = lane / 4, q = lane % 4.
 static uint32_t g_mma_a[1024][4], g_mma_b[1024][2];
+// the tensor core's float32 result: truncated (Fasi et al., "Numerical behavior of NVIDIA tensor cores", 2021), so a
+// long chain of mmas on one accumulator drifts toward zero as on the GPU
+inline float round_toward_zero(double v) {
+  float f = (float)v;
+  return std::fabs((double)f) > std::fabs(v) ? std::nextafter(f, 0.0f) : f;
+}
 inline float tf32_operand(uint32_t u) { return __uint_as_float(u & 0xffffe000u); }
 inline void kg_mma(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
   const unsigned t = threadIdx.x, w0 = t & ~31u, lane = t & 31u, g = lane >> 2, q = lane & 3u;
@@ -87,7 +94,7 @@ inline void kg_mma(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_
     const unsigned r = g + 8 * (i >= 2), n = 2 * q + (i & 1);
     double s = 0.0;
     for (unsigned k = 0; k < 8; ++k) s += (double)A(r, k) * (double)B(k, n);
-    c[i] = (float)((double)c[i] + s);
+    c[i] = round_toward_zero((double)c[i] + s);
   }
   __syncwarp();
 }

@@ -303,6 +303,39 @@ def test_halo_grad_w_on_an_emulated_mma_is_pytorchs_on_the_cpu(tmp_path, cid, tf
                                _grad_w_reference(spec, x, gz, tf32), atol=1e-4, rtol=1e-4)
 
 
+# 3xTF32 is float32-class only while its mmas add to small sums: the tensor core truncates each mma's float32 result
+# at the scale of the sum it adds to, so three mmas a k step onto a chunk's or a tile's running sum pile up errors
+# toward zero. The halo forward and grad_x flush their `part` into acc after each tap, grad_w from halo tiles after each
+# k step. On the shim's truncating mma the halo forward's conv output and grad_w from halo tiles (3xTF32) keep their
+# mean error against float64 within a small factor of PyTorch's float32 CPU convolution's on long reductions (a 3x3
+# kernel on 256 channels, a 5x5 on 16); flushed a chunk / a tile at a time they were 4.1x and 6.3x float32's (forward)
+# and 1.8x (grad_w, the 5x5).
+X3_DRIFT = ["halo_ci256_k3_noflush_tanh", "halo_ci16_k5_onestage_relu_bias_c"]
+
+
+@pytest.mark.parametrize("cid", X3_DRIFT)
+def test_3xtf32_on_a_truncating_mma_is_as_accurate_as_float32(tmp_path, cid):
+    spec, d, kernel = _taking(cid, CASE[cid], "HALO", "the forward from halo tiles")
+    _taking(cid, CASE[cid], "HALO_W", "grad_w from halo tiles")
+    n = 2
+    model, x, inputs = _forward_inputs(CASE[cid], spec, d, n)
+    run_host(kernel, "halo_forward", d, inputs, n, False, tmp_path)
+    z = read_floats(tmp_path / "z.bin").reshape(n, spec.CO, spec.HO, spec.WO).double()
+    ref_model, xr, _ = _rounded_reference(model, x, False)
+    with torch.no_grad():
+        exact, float32 = ref_model.conv(xr), model.conv(x).double()
+    mean_err = (z - exact).abs().mean().item()
+    assert mean_err <= 3 * (float32 - exact).abs().mean().item(), (cid, mean_err)
+
+    torch.manual_seed(1)
+    gz = torch.randn(n, spec.CO, spec.HO, spec.WO)
+    gw = run_host(kernel, "halo_grad_w", d, [gz, x], n, False, tmp_path).reshape(spec.CO, spec.CI // spec.G, spec.KH, spec.KW)
+    exact_w = _grad_w_reference(spec, x, gz, False)
+    float32_w = _grad_w_reference(spec, x, gz, False, torch.float32).double()
+    mean_err = (gw.double() - exact_w).abs().mean().item()
+    assert mean_err <= 1.5 * (float32_w - exact_w).abs().mean().item(), (cid, mean_err)
+
+
 PW_GRAD_W = [cid for cid, src in CASE.items() if _takes(src, "PW_W")]  # every CASE that takes it
 
 
@@ -332,11 +365,11 @@ def test_pointwise_grad_w_on_an_emulated_mma_is_pytorchs_on_the_cpu(tmp_path, ci
                                _grad_w_reference(spec, x, gz, tf32), atol=1e-4, rtol=1e-4)
 
 
-def _grad_w_reference(spec, x: torch.Tensor, gz: torch.Tensor, tf32: bool) -> torch.Tensor:
-    """dL/dw for dL/dz = gz in float64 on the operands the kernels multiply (TF32-rounded where TF32 is on): autograd
-    through F.conv2d on x padded by (PH, PH_END, PW, PW_END)."""
+def _grad_w_reference(spec, x: torch.Tensor, gz: torch.Tensor, tf32: bool, dtype=torch.float64) -> torch.Tensor:
+    """dL/dw for dL/dz = gz in float64 (or dtype) on the operands the kernels multiply (TF32-rounded where TF32 is on):
+    autograd through F.conv2d on x padded by (PH, PH_END, PW, PW_END)."""
     rnd = tf32_round if tf32 else (lambda t: t)
-    w = torch.zeros(spec.CO, spec.CI // spec.G, spec.KH, spec.KW, dtype=torch.float64, requires_grad=True)
-    xp = torch.nn.functional.pad(rnd(x).double(), (spec.PW, spec.PW_END, spec.PH, spec.PH_END))
+    w = torch.zeros(spec.CO, spec.CI // spec.G, spec.KH, spec.KW, dtype=dtype, requires_grad=True)
+    xp = torch.nn.functional.pad(rnd(x).to(dtype), (spec.PW, spec.PW_END, spec.PH, spec.PH_END))
     z = torch.nn.functional.conv2d(xp, w, stride=(spec.SH, spec.SW), dilation=(spec.DH, spec.DW), groups=spec.G)
-    return torch.autograd.grad(z, w, rnd(gz).double())[0]
+    return torch.autograd.grad(z, w, rnd(gz).to(dtype))[0]
