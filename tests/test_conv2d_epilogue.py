@@ -1470,7 +1470,7 @@ def test_halo_forward_takes_one_buffer_where_two_do_not_fit():
     assert d["HALO_DX"]["STAGES"] == 2  # grad_x's weights are 16 channels wide: two buffers fit
     kernel = emit.generate(write_problem(CASE["halo_ci16_k5_onestage_relu_bias_c"])).files["kernel.cu"]
     assert "static constexpr int STAGES = 1;" in kernel
-    assert "if (Gm::STAGES == 1 && ch + 1 < Gm::NCH) load(ch + 1, 0);" in kernel
+    assert "if (ST == 1 && ch + 1 < Gm::NCH) load(ch + 1, 0);" in kernel  # ST: STAGES (STAGES_X3 where X3WG)
 
 
 @pytest.mark.parametrize("pad,staged", [(0, True), (1, False)])
@@ -1562,7 +1562,7 @@ def test_tf32_halo_accumulates_unflushed_up_to_noflush_k_max():
         h = fam._halo(cin_g, 16, 16, cin_g, 16, 16, 64, (3, 3), (1, 1), (1, 1), (1, 1), tile, False)
         assert h["FLUSH_TF32"] is flush, cin_g
     kernel = emit.generate(write_problem(CASE["halo_ci256_k3_noflush_tanh"])).files["kernel.cu"]
-    assert "static constexpr bool FLUSH_TF32 = false;" in kernel and "constexpr bool FLUSH = (X3 && !WG) || Gm::FLUSH_TF32;" in kernel
+    assert "static constexpr bool FLUSH_TF32 = false;" in kernel and "constexpr bool FLUSH = !X3 && Gm::FLUSH_TF32;" in kernel
 
 
 def test_halo_tf32_forward_asks_for_four_ctas_an_sm_where_they_fit():
@@ -1597,7 +1597,7 @@ def test_halo_tf32_forward_asks_for_four_ctas_an_sm_where_they_fit():
     kernel = emit.generate(write_problem(CASE["halo_ci64_ctas4_scale_min_c"])).files["kernel.cu"]
     assert ("#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900\nconstexpr int HALO_TF32_CTAS = 4, HALO_TF32_CTAS_POOL_SAVE = 3;\n"
             "#else\nconstexpr int HALO_TF32_CTAS = 2, HALO_TF32_CTAS_POOL_SAVE = 2;") in kernel
-    assert "__launch_bounds__(TileH::THREADS, X3 ? 2 : POOL && SAVE ? HALO_TF32_CTAS_POOL_SAVE : HALO_TF32_CTAS)" in kernel
+    assert "__launch_bounds__(TileH::THREADS, X3 ? (SAVE ? 2 : HaloF::X3_CTAS) : POOL && SAVE ? HALO_TF32_CTAS_POOL_SAVE : HALO_TF32_CTAS)" in kernel
     other = emit.generate(write_problem(CASE["halo_ci32_k5_wide_onestage_silu_mean_hw"])).files["kernel.cu"]
     assert "constexpr int HALO_TF32_CTAS = 2, HALO_TF32_CTAS_POOL_SAVE = 2;" in other and "__CUDA_ARCH__ == 900" not in other
 

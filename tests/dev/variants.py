@@ -58,8 +58,8 @@ CONV_NOFLUSH_TF32 = {
 # sm_90; one chunk on 256 threads at 4 CTAs lost 1.4%); this edit now gives every TF32 instance 3.
 CONV_FWD_HALO_3CTAS = {
     "conv2d_epilogue/halo.cu.j2": [
-        ("__launch_bounds__(TileH::THREADS, X3 ? 2 : POOL && SAVE ? HALO_TF32_CTAS_POOL_SAVE : HALO_TF32_CTAS) conv_forward_halo(",
-         "__launch_bounds__(TileH::THREADS, X3 ? 2 : 3) conv_forward_halo(")],
+        ("__launch_bounds__(TileH::THREADS, X3 ? (SAVE ? 2 : HaloF::X3_CTAS) : POOL && SAVE ? HALO_TF32_CTAS_POOL_SAVE : HALO_TF32_CTAS) conv_forward_halo(",
+         "__launch_bounds__(TileH::THREADS, X3 ? (SAVE ? 2 : HaloF::X3_CTAS) : 3) conv_forward_halo(")],
 }
 
 # grad_x from halo tiles asks for 4 CTAs an SM in its TF32 instance too, as the forward's halo_tf32_ctas does on sm_90
