@@ -513,7 +513,7 @@ def _halo(cin: int, hin: int, win: int, cin_g: int, hout: int, wout: int, cout_g
         return n * (stage + k[0] * k[1] * cc * tile["BN"] * 4)
 
     def ctas(n: int) -> int:
-        return SM90_SMEM_PER_SM // (max(x3_bytes(n), stages * stage) + 1024)
+        return SM90_SMEM_PER_SM // (max(x3_bytes(n), smem) + 1024)
 
     one = stages == 2 and tile["THREADS"] == 128 and ctas(2) < HALO_X3_ONE_STAGE_CTAS <= ctas(1)
     stages_x3 = 1 if one else stages
