@@ -1020,6 +1020,44 @@ def test_generated_model_mirrors_parameters_and_initialization(cid):
             assert torch.equal(got[k], want[k]), f"{k} is initialized differently from Model's under seed {seed}"
 
 
+def test_tf32_gradient_bound_allows_rounding_and_rejects_a_missing_term():
+    """The GPU checks' TF32 gradient bound (_rounding_bounds, _assert_within_rounding), on the CPU, for a conv like
+    the random draw it was written for (sweep seed 5104: batch 1, 42 positions, groups 2, stride 2): gradients whose
+    every rounded dL/dz moved 2^-10 of itself (the most the kernel's rounding from float32 can differ) pass, for the
+    weight and the input; the same gradients with the largest term of one element left out fail."""
+    class Conv(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(8, 12, (4, 3), stride=2, padding=1, groups=2)
+
+    torch.manual_seed(5104)
+    model = Conv()
+    x64 = tf32_round(torch.randn(1, 8, 29, 6)).double()
+    c = _conv_arguments(model, x64.float())
+    c.w64 = tf32_round(model.conv.weight.detach()).double()
+
+    def grads(g):
+        w, xx = c.w64.clone().requires_grad_(True), x64.clone().requires_grad_(True)
+        z = F.conv2d(xx, w, None, c.stride, c.padding, c.dilation, c.groups)
+        return torch.autograd.grad(z, (w, xx), g)
+
+    g_r = tf32_round(3 * torch.randn(1, 12, 14, 3)).double()
+    gw, gx = grads(g_r)
+    bw, bx = _rounding_bounds(x64, gw.shape, g_r, c)
+    moved = g_r * (1 + 2.0 ** -10 * torch.sign(torch.randn_like(g_r)))
+    gw_moved, gx_moved = grads(moved)
+    assert not torch.equal(gw_moved, gw)
+    _assert_within_rounding(gw_moved, gw, bw, 1e-3 * max(float(gw.abs().mean()), 1.0), "weight gradient")
+    _assert_within_rounding(gx_moved, gx, bx, 1e-3, "input gradient")
+    missing = g_r.clone()
+    missing.view(-1)[int(g_r.abs().argmax())] = 0
+    gw_missing, gx_missing = grads(missing)
+    with pytest.raises(AssertionError, match="off by more than the TF32 rounding bound"):
+        _assert_within_rounding(gw_missing, gw, bw, 1e-3 * max(float(gw.abs().mean()), 1.0), "weight gradient")
+    with pytest.raises(AssertionError, match="off by more than the TF32 rounding bound"):
+        _assert_within_rounding(gx_missing, gx, bx, 1e-3, "input gradient")
+
+
 # ------------------------------------------------------------------------------------------------------- GPU tier
 
 
@@ -1043,7 +1081,7 @@ def test_tf32_mode_matches_float64_of_tf32_rounded_operands(cid):
         g = torch.randn_like(y)
         y.backward(g)
     torch.testing.assert_close(y.double(), y64, atol=1e-4, rtol=1e-4)
-    _check_grad_x_of_rounded(x, x64, y64, z64, g, rnd)
+    _check_grad_x_of_rounded(model, x, x64, y64, z64, g, rnd)
     _check_grad_w_of_rounded(new, model, x64, y64, z64, g, rnd)
 
 
@@ -1073,29 +1111,69 @@ def tf32_inference_check(source: str, seed: int = 0) -> None:
     torch.testing.assert_close(y.double(), y64, atol=1e-4, rtol=1e-4)
 
 
-def _check_grad_w_of_rounded(new, model, x64, y64, z64, g, rnd):
-    """new's conv.weight.grad (from y.backward(g)) against float64's, which multiplies rnd(x) by rnd(dL/dz). The
-    kernel rounds dL/dz from its float32 value, the reference from float64's: a few terms of each sum over positions
-    land one TF32 ulp apart and move it by up to 2^-10 |x dL/dz| each (about 1e-3 absolute at these sizes, where the
-    gradient's entries are sums of hundreds of terms), so the check allows 1e-3 of the gradient's mean magnitude
-    besides 1e-3 relative: a wrong or missing term is of that magnitude itself."""
+def _rounding_bounds(x64, w_shape, g_r, c):
+    """Per element of the conv's weight and input gradients, the sum of the magnitudes of its terms: |x| times |g_r|
+    summed as the weight gradient sums x * dL/dz, |W| (from c.w64) times |g_r| as the input gradient sums W * dL/dz.
+    The kernel rounds dL/dz to TF32 from its float32 value, the reference from float64's; each term's two roundings
+    land at most one TF32 ulp apart, 2^-10 of the term at most, so the two gradients differ by at most 2^-10 times
+    this sum (plus float32 accumulation, far smaller): the exact error model of TF32's rounded gradient."""
+    xa = x64.detach().abs().requires_grad_(True)
+    wa = c.w64.detach().abs().requires_grad_(True)
+    z = F.conv2d(xa, wa, None, c.stride, c.padding, c.dilation, c.groups)
+    bw, bx = torch.autograd.grad(z, (wa, xa), g_r.abs())
+    assert bw.shape == w_shape
+    return bw, bx
+
+
+def _assert_within_rounding(got, want, bound, floor, what):
+    """|got - want| <= max(floor, 1e-3 * bound) + 1e-3 |want| elementwise (bound: _rounding_bounds; 1e-3 > 2^-10
+    leaves room for float32's accumulation). A wrong or missing term moves an element by the whole term, about a
+    thousand times its share of the bound."""
+    diff = (got.double() - want).abs()
+    allowed = torch.clamp(1e-3 * bound, min=floor) + 1e-3 * want.abs()
+    bad = diff > allowed
+    if bad.any():
+        i = int((diff / allowed).flatten().argmax())
+        idx = tuple(int(k) for k in torch.unravel_index(torch.tensor(i), want.shape))
+        raise AssertionError(f"{what}: {int(bad.sum())} of {want.numel()} elements off by more than the TF32 rounding "
+                             f"bound; worst at {idx}: got {float(got.flatten()[i]):.6g}, float64 {float(want.flatten()[i]):.6g}, "
+                             f"|diff| {float(diff.flatten()[i]):.3g} > allowed {float(allowed.flatten()[i]):.3g} "
+                             f"(sum of |terms| {float(bound.flatten()[i]):.3g})")
+
+
+def _rounded_reference(model, x64, y64, z64, g, rnd):
+    """(c, rnd(dL/dz) in float64): the conv's arguments with c.w64 = rnd(weight) in float64, and the conv output's
+    gradient of float64's program (from y.backward(g)) rounded as the kernel rounds it."""
     (g_conv,) = torch.autograd.grad(y64, z64, g.double(), retain_graph=True)
     with torch.no_grad():
         c = _conv_arguments(model, x64.detach().to(torch.float32))
-    name = c.names[0]
-    w64 = rnd(model.get_parameter(name).detach()).double().requires_grad_(True)
+    c.w64 = rnd(model.get_parameter(c.names[0]).detach()).double()
+    return c, rnd(g_conv).double()
+
+
+def _check_grad_w_of_rounded(new, model, x64, y64, z64, g, rnd):
+    """new's conv.weight.grad (from y.backward(g)) against float64's, which multiplies rnd(x) by rnd(dL/dz). The
+    kernel rounds dL/dz from its float32 value, the reference from float64's: a few terms of each sum over positions
+    land one TF32 ulp apart and move it by up to 2^-10 |x dL/dz| each. The check allows 1e-3 of the gradient's mean
+    magnitude, or where more, 1e-3 of the element's sum of |x dL/dz| (_rounding_bounds: a sum of few large terms,
+    as a batch of one with few positions has, can move more than the mean allows), besides 1e-3 relative."""
+    c, g_r = _rounded_reference(model, x64, y64, z64, g, rnd)
+    w64 = c.w64.clone().requires_grad_(True)
     z = F.conv2d(x64.detach(), w64, None, c.stride, c.padding, c.dilation, c.groups)
-    (gw,) = torch.autograd.grad(z, w64, rnd(g_conv).double())
+    (gw,) = torch.autograd.grad(z, w64, g_r)
+    bound, _ = _rounding_bounds(x64, gw.shape, g_r, c)
     scale = max(float(gw.abs().mean()), 1.0)
-    torch.testing.assert_close(new.get_parameter(name).grad.double(), gw, atol=1e-3 * scale, rtol=1e-3)
+    _assert_within_rounding(new.get_parameter(c.names[0]).grad, gw, bound, 1e-3 * scale, "conv weight gradient")
 
 
-def _check_grad_x_of_rounded(x, x64, y64, z64, g, rnd):
-    """x.grad (from y.backward(g)) against float64's, whose conv's input gradient multiplies rnd(dL/dz) (1e-3: the
-    kernel rounds dL/dz from float32, the reference from float64, test_tf32_mode_matches_float64_of_tf32_rounded_operands)."""
-    (g_conv,) = torch.autograd.grad(y64, z64, g.double(), retain_graph=True)
-    (gx,) = torch.autograd.grad(z64, x64, rnd(g_conv).double())
-    torch.testing.assert_close(x.grad.double(), gx, atol=1e-3, rtol=1e-3)
+def _check_grad_x_of_rounded(model, x, x64, y64, z64, g, rnd):
+    """x.grad (from y.backward(g)) against float64's, whose conv's input gradient multiplies rnd(dL/dz): 1e-3, or
+    where more, 1e-3 of the element's sum of |W dL/dz| (the kernel rounds dL/dz from float32, the reference from
+    float64: _rounding_bounds), besides 1e-3 relative."""
+    c, g_r = _rounded_reference(model, x64, y64, z64, g, rnd)
+    (gx,) = torch.autograd.grad(z64, x64, g_r, retain_graph=True)
+    _, bound = _rounding_bounds(x64, c.w64.shape, g_r, c)
+    _assert_within_rounding(x.grad, gx, bound, 1e-3, "input gradient")
 
 
 # CASES whose halo forward runs its single-pass TF32 inference instances on wgmma in an sm_90a build (HALO["WGMMA"]:
@@ -1217,7 +1295,7 @@ def test_wgmma_forward_matches_float64_of_tf32_rounded_operands(cid):
         y_train = new(x)  # after a backward: the instances that keep what the backward reads
     torch.testing.assert_close(y.double(), y64, atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(y_train.double(), y64, atol=1e-4, rtol=1e-4)
-    _check_grad_x_of_rounded(x, x64, y64, z64, g, tf32_round)
+    _check_grad_x_of_rounded(model, x, x64, y64, z64, g, tf32_round)
 
 
 # CASES whose TF32 grad_w runs on wgmma in an sm_90a build (HALO_WG): one and two warpgroups, two out-channel tiles,
@@ -1282,7 +1360,7 @@ def tf32_grad_w_check(source: str, seed: int = 0) -> None:
             runs.append(new.get_parameter(weight).grad.clone())
     assert torch.equal(runs[0], runs[1])
     _check_grad_w_of_rounded(new, model, x64, y64, z64, g, tf32_round)
-    _check_grad_x_of_rounded(x, x64, y64, z64, g, tf32_round)  # grad_x too: it reads the same gz, pre-rounded there
+    _check_grad_x_of_rounded(model, x, x64, y64, z64, g, tf32_round)  # grad_x too: it reads the same gz, pre-rounded there
 
 
 @pytest.mark.gpu
