@@ -5,7 +5,9 @@ import re
 import pytest
 import torch
 
+from kgen.errors import Unsupported
 from kgen.families import conv2d_avgpool_act_reduce as fam
+from kgen.ops import chain
 from kgen.problem import load_problem
 from kgen.spec import match
 from tests.helpers import conv_problem, generate_module, poison_cuda_allocator, reference_and_new, tf32_mode, tf32_round, write_problem
@@ -146,6 +148,25 @@ def test_convolutions_this_family_cannot_fuse_go_to_conv2d_epilogue(conv):
     src = conv_problem((2, 4, 16, 16), conv, dict(kernel_size=2))
     family, _ = match(load_problem(write_problem(src)))
     assert family.NAME == "conv2d_epilogue"
+
+
+def test_a_block_whose_sm80_tiling_does_not_fit_goes_to_conv2d_epilogue():
+    """A module must run on every GPU from sm_80: where the sm_80/86/89 path's backward tiling needs more than the 99 KB
+    of shared memory a block of sm_86/89 may have (130 out channels, a dilated 5x5 kernel, a 3x4 pool window; a random
+    draw, seed 4401), this family declines with the reason and conv2d_epilogue, whose kernels fit everywhere, takes
+    it; the same block with 64 out channels stays here."""
+    conv = dict(in_channels=1, out_channels=130, kernel_size=(5, 5), stride=1, padding=(3, 3), dilation=2)
+    pool = dict(kernel_size=(3, 4), stride=(1, 2))
+    src = conv_problem((2, 1, 40, 44), conv, pool, "sigmoid", "mean")
+    problem = load_problem(write_problem(src))
+    family, _ = match(problem)
+    assert family.NAME == "conv2d_epilogue"
+    with pytest.raises(Unsupported, match=r"the sm_80/86/89 path's shared-memory tiling does not fit"):
+        fam.derive(fam._match(chain(problem), problem))
+    small = conv_problem((2, 1, 40, 44), {**conv, "out_channels": 64}, pool, "sigmoid", "mean")
+    family, spec = match(load_problem(write_problem(small)))
+    assert family.NAME == fam.NAME
+    assert all(fam.derive(spec)[t]["FITS"] for t in ("TILE_SM90", "TILE_SM80"))
 
 
 @pytest.mark.parametrize("change", ["nn.init.xavier_uniform_(self.conv.weight)",
@@ -354,6 +375,15 @@ ACTIVATIONS = ["sigmoid", "tanh", "relu", "gelu", "gelu_tanh", "none"]
 
 
 def random_problem(rng):
+    """A random problem of this family's scope: redrawn where a kernel path's tiling does not fit (the block then
+    goes to conv2d_epilogue: test_a_block_whose_sm80_tiling_does_not_fit_goes_to_conv2d_epilogue)."""
+    while True:
+        src = _random_block(rng)
+        if match(load_problem(write_problem(src)))[0].NAME == fam.NAME:
+            return src
+
+
+def _random_block(rng):
     while True:
         k = (rng.choice([1, 2, 3, 5, 7]), rng.choice([1, 3, 4, 5]))
         s, d = rng.choice([1, 1, 2, 3]), rng.choice([1, 1, 2])

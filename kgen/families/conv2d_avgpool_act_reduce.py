@@ -17,7 +17,6 @@ cuDNN; PyTorch's default), read at each call. Every kernel is a template on that
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 
 import torch
@@ -235,11 +234,14 @@ def derive(spec: Spec) -> dict:
                     F_SMEM=fw, B_SMEM=bw, FITS=max(fw, bw) <= limit)
 
     tiles = {path: plan(**p) for path, p in PATHS.items()}
-    if not tiles["SM90"]["FITS"]:
-        raise Unsupported(f"out_channels={s.CO} with a {s.KH}x{s.KW} kernel does not fit the template's shared-memory tiling")
-    if not tiles["SM80"]["FITS"]:
-        warnings.warn(f"out_channels={s.CO} with a {s.KH}x{s.KW} kernel needs more than the 99 KB of shared memory per block "
-                      "that sm_80/86/89 GPUs have: the generated module builds for sm_90 and newer only", stacklevel=2)
+    # A module has to run on every GPU from sm_80: where a path's tiling does not fit (the sm_80/86/89 path's backward
+    # within the 99 KB a block of sm_86/89 may have), this family declines and conv2d_epilogue, matched after it,
+    # takes the problem (its kernels fit every architecture)
+    for path, where in (("SM90", "sm_90"), ("SM80", "sm_80/86/89")):
+        if not tiles[path]["FITS"]:
+            raise Unsupported(f"out_channels={s.CO} with a {s.KH}x{s.KW} kernel and a {s.PKH}x{s.PKW} pool window: the "
+                              f"{where} path's shared-memory tiling does not fit ({NAME} takes a Conv2d -> AvgPool2d "
+                              "block only where both paths fit)")
     return dict(TILE_SM90=tiles["SM90"], TILE_SM80=tiles["SM80"], **UNROLLS, HO=HO, WO=WO, PHO=PHO, PWO=PWO,
                 ACT_TYPE=ACT_TYPES[s.ACT], MEAN=s.REDUCE == "mean",
                 TF32_RULES=cudnn_tf32.rules(dict(CI=s.CI, CO=s.CO, G=1, KH=s.KH, KW=s.KW, SH=s.SH, SW=s.SW, PH=s.PH,
