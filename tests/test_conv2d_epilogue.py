@@ -1021,7 +1021,7 @@ def test_generated_model_mirrors_parameters_and_initialization(cid):
 
 
 def test_tf32_gradient_bound_allows_rounding_and_rejects_a_missing_term():
-    """The GPU checks' TF32 gradient bound (_rounding_bounds, _assert_within_rounding), on the CPU, for a conv like
+    """The GPU checks' TF32 gradient bound (_rounding_bound, _assert_within_rounding), on the CPU, for a conv like
     the random draw it was written for (sweep seed 5104: batch 1, 42 positions, groups 2, stride 2): gradients whose
     every rounded dL/dz moved 2^-10 of itself (the most the kernel's rounding from float32 can differ) pass, for the
     weight and the input; the same gradients with the largest term of one element left out fail."""
@@ -1043,7 +1043,7 @@ def test_tf32_gradient_bound_allows_rounding_and_rejects_a_missing_term():
 
     g_r = tf32_round(3 * torch.randn(1, 12, 14, 3)).double()
     gw, gx = grads(g_r)
-    bw, bx = _rounding_bounds(x64, gw.shape, g_r, c)
+    bw, bx = _rounding_bound(x64, g_r, c, "weight"), _rounding_bound(x64, g_r, c, "input")
     moved = g_r * (1 + 2.0 ** -10 * torch.sign(torch.randn_like(g_r)))
     gw_moved, gx_moved = grads(moved)
     assert not torch.equal(gw_moved, gw)
@@ -1111,22 +1111,21 @@ def tf32_inference_check(source: str, seed: int = 0) -> None:
     torch.testing.assert_close(y.double(), y64, atol=1e-4, rtol=1e-4)
 
 
-def _rounding_bounds(x64, w_shape, g_r, c):
-    """Per element of the conv's weight and input gradients, the sum of the magnitudes of its terms: |x| times |g_r|
-    summed as the weight gradient sums x * dL/dz, |W| (from c.w64) times |g_r| as the input gradient sums W * dL/dz.
-    The kernel rounds dL/dz to TF32 from its float32 value, the reference from float64's; each term's two roundings
-    land at most one TF32 ulp apart, 2^-10 of the term at most, so the two gradients differ by at most 2^-10 times
-    this sum (plus float32 accumulation, far smaller): the exact error model of TF32's rounded gradient."""
-    xa = x64.detach().abs().requires_grad_(True)
-    wa = c.w64.detach().abs().requires_grad_(True)
+def _rounding_bound(x64, g_r, c, wrt):
+    """Per element of the conv's weight gradient (wrt "weight") or input gradient (wrt "input"), the sum of the
+    magnitudes of its terms: |x| times |g_r| summed as the weight gradient sums x * dL/dz, |W| (c.w64) times |g_r| as
+    the input gradient sums W * dL/dz. The kernel rounds dL/dz to TF32 from its float32 value, the reference from
+    float64's; each term's two roundings land at most one TF32 ulp apart, 2^-10 of the term at most, so the two
+    gradients differ by at most 2^-10 times this sum (plus float32 accumulation, far smaller): the exact error model
+    of TF32's rounded gradient."""
+    xa, wa = x64.detach().abs(), c.w64.detach().abs()
+    target = (wa if wrt == "weight" else xa).requires_grad_(True)
     z = F.conv2d(xa, wa, None, c.stride, c.padding, c.dilation, c.groups)
-    bw, bx = torch.autograd.grad(z, (wa, xa), g_r.abs())
-    assert bw.shape == w_shape
-    return bw, bx
+    return torch.autograd.grad(z, target, g_r.abs())[0]
 
 
 def _assert_within_rounding(got, want, bound, floor, what):
-    """|got - want| <= max(floor, 1e-3 * bound) + 1e-3 |want| elementwise (bound: _rounding_bounds; 1e-3 > 2^-10
+    """|got - want| <= max(floor, 1e-3 * bound) + 1e-3 |want| elementwise (bound: _rounding_bound; 1e-3 > 2^-10
     leaves room for float32's accumulation). A wrong or missing term moves an element by the whole term, about a
     thousand times its share of the bound."""
     diff = (got.double() - want).abs()
@@ -1155,13 +1154,13 @@ def _check_grad_w_of_rounded(new, model, x64, y64, z64, g, rnd):
     """new's conv.weight.grad (from y.backward(g)) against float64's, which multiplies rnd(x) by rnd(dL/dz). The
     kernel rounds dL/dz from its float32 value, the reference from float64's: a few terms of each sum over positions
     land one TF32 ulp apart and move it by up to 2^-10 |x dL/dz| each. The check allows 1e-3 of the gradient's mean
-    magnitude, or where more, 1e-3 of the element's sum of |x dL/dz| (_rounding_bounds: a sum of few large terms,
+    magnitude, or where more, 1e-3 of the element's sum of |x dL/dz| (_rounding_bound: a sum of few large terms,
     as a batch of one with few positions has, can move more than the mean allows), besides 1e-3 relative."""
     c, g_r = _rounded_reference(model, x64, y64, z64, g, rnd)
     w64 = c.w64.clone().requires_grad_(True)
     z = F.conv2d(x64.detach(), w64, None, c.stride, c.padding, c.dilation, c.groups)
     (gw,) = torch.autograd.grad(z, w64, g_r)
-    bound, _ = _rounding_bounds(x64, gw.shape, g_r, c)
+    bound = _rounding_bound(x64, g_r, c, "weight")
     scale = max(float(gw.abs().mean()), 1.0)
     _assert_within_rounding(new.get_parameter(c.names[0]).grad, gw, bound, 1e-3 * scale, "conv weight gradient")
 
@@ -1169,10 +1168,10 @@ def _check_grad_w_of_rounded(new, model, x64, y64, z64, g, rnd):
 def _check_grad_x_of_rounded(model, x, x64, y64, z64, g, rnd):
     """x.grad (from y.backward(g)) against float64's, whose conv's input gradient multiplies rnd(dL/dz): 1e-3, or
     where more, 1e-3 of the element's sum of |W dL/dz| (the kernel rounds dL/dz from float32, the reference from
-    float64: _rounding_bounds), besides 1e-3 relative."""
+    float64: _rounding_bound), besides 1e-3 relative."""
     c, g_r = _rounded_reference(model, x64, y64, z64, g, rnd)
     (gx,) = torch.autograd.grad(z64, x64, g_r, retain_graph=True)
-    _, bound = _rounding_bounds(x64, c.w64.shape, g_r, c)
+    bound = _rounding_bound(x64, g_r, c, "input")
     _assert_within_rounding(x.grad, gx, bound, 1e-3, "input gradient")
 
 

@@ -3,7 +3,7 @@ weight gradient (wgmma, every pass TF32: tf32_grad_w_check) missed the check's o
 elements 4.45e-3 from float64 of TF32-rounded operands, 3.84e-3 allowed (1e-3 of the gradient's mean magnitude and 1e-3
 relative); seeds 1 and 2 passed. Batch 1 with 42 output positions: each element sums few terms, some large (dL/dz =
 -2y g where |y| > 0.67), and one TF32 ulp of one rounded dL/dz (kernel from float32, reference from float64) moves it by
-2^-10 of that term. The check now allows 1e-3 of each element's sum of |terms| where that is more (_rounding_bounds).
+2^-10 of that term. The check now allows 1e-3 of each element's sum of |terms| where that is more (_rounding_bound).
 Run: python -c "from tests.test_conv2d_epilogue import tf32_grad_w_check as c; c(open(PATH).read(), seed=0)" (GPU)."""
 import torch
 import torch.nn as nn
