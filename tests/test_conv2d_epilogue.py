@@ -915,6 +915,27 @@ def test_dev_template_edits_still_apply(tmp_path):
     assert [emit.generate_problem(load_problem(p), str(p)).files for p in paths] == default
 
 
+def test_random_benchmark_draws_are_problems_of_this_family_at_benchmark_size(tmp_path):
+    """bench_conv2d_epilogue.py --random: each draw (module and functional convolutions alike) is a problem this
+    family takes, resized to an input of 8-400 MB, and has its one-line description (the summary's)."""
+    from tests.bench.bench_conv2d_epilogue import describe, random_benchmark_sources
+
+    sources = random_benchmark_sources(24, 1)
+    assert len(sources) == 24
+    assert any("F.conv2d(" in src for src in sources.values())  # the generator's functional form is drawn
+    for name, src in sources.items():
+        path = tmp_path / f"{name}.py"
+        path.write_text(src)
+        problem = load_problem(path)
+        family, _ = match(problem)
+        assert family is fam, name
+        x = problem.input_shapes[0]
+        mb = 4 * math.prod(x) / 1e6
+        assert 4 <= mb <= 800, (name, x)  # 8-400 MB drawn; the batch rounds (at least 1, at most 512)
+        line = describe(src)
+        assert line.startswith("x".join(map(str, x)) + " "), (name, line)
+
+
 def test_few_channel_bench_problems_take_the_fma_kernels(tmp_path):
     """bench_conv2d_epilogue.py --few: each problem matches this family; a group of at most 4 input channels runs its
     forward and grad_x on float32 FMAs (the ResNet stem: 16 out channels a thread), 12 channels stay on the GEMMs."""

@@ -100,7 +100,7 @@ def benchmark_sized(source: str, rng: random.Random) -> str:
     h, w = map(int, re.search(r"^height, width = (\d+), (\d+)$", source, re.M).groups())
     h, w = max(h, rng.choice(IMAGE_SIDES)), max(w, rng.choice(IMAGE_SIDES))
     ci, co = const("in_channels"), const("out_channels")
-    if "groups=" not in source.split("nn.Conv2d(", 1)[1].split("\n", 1)[0] and rng.random() < 0.5:
+    if not re.search(r"groups=(?!1\b)", source) and rng.random() < 0.5:  # nn.Conv2d or F.conv2d: ungrouped
         f = rng.choice((2, 4))
         ci, co = ci * f, co * f
     n = max(1, min(512, round(math.exp(rng.uniform(math.log(8e6), math.log(4e8))) / (4 * ci * h * w))))
@@ -128,11 +128,13 @@ def random_benchmark_sources(n: int, seed: int) -> dict[str, str]:
 def describe(source: str) -> str:
     """One line of a problem: its input shape, Conv2d and forward body."""
     consts = dict(re.findall(r"^([\w, ]+) = (.+)$", source, re.M))
-    conv = re.search(r"self\.conv = nn\.Conv2d\(in_channels, out_channels, kernel_size(.*)\)$", source, re.M).group(1)
+    m = re.search(r"self\.conv = nn\.Conv2d\(in_channels, out_channels, kernel_size(.*)\)$", source, re.M)
+    # the generator's functional form: F.conv2d(x, weight, bias, arguments...)
+    conv = m.group(1) if m else re.search(r"F\.conv2d\(x, [^,]+, [^,]+(.*)\)$", source, re.M).group(1)
     body = source.split("def forward(self, x):\n", 1)[1].split("\n\n", 1)[0]
     lines = [ln.strip() for ln in body.splitlines()[1:]]
     return (f"{consts['batch_size']}x{consts['in_channels']}x{consts['height, width'].replace(', ', 'x')} "
-            f"Conv2d({consts['in_channels']}->{consts['out_channels']}, {consts['kernel_size']}{conv}); " + "; ".join(lines))
+            f"{'Conv2d' if m else 'F.conv2d'}({consts['in_channels']}->{consts['out_channels']}, {consts['kernel_size']}{conv}); " + "; ".join(lines))
 
 
 def summary_line(name: str, source: str, rows: list[dict] | str) -> tuple[float, str]:
