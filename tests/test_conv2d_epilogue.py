@@ -915,6 +915,17 @@ def test_dev_template_edits_still_apply(tmp_path):
     assert [emit.generate_problem(load_problem(p), str(p)).files for p in paths] == default
 
 
+def _bench_problems_of_this_family(tmp_path, sources: dict[str, str]):
+    """(name, source, loaded problem, spec) of each benchmark problem text, asserting this family matches it."""
+    for name, src in sources.items():
+        path = tmp_path / f"{name}.py"
+        path.write_text(src)
+        problem = load_problem(path)
+        family, spec = match(problem)
+        assert family is fam, name
+        yield name, src, problem, spec
+
+
 def test_random_benchmark_draws_are_problems_of_this_family_at_benchmark_size(tmp_path):
     """bench_conv2d_epilogue.py --random: each draw (module and functional convolutions alike) is a problem this
     family takes, resized to an input of 8-400 MB, and has its one-line description (the summary's)."""
@@ -923,12 +934,7 @@ def test_random_benchmark_draws_are_problems_of_this_family_at_benchmark_size(tm
     sources = random_benchmark_sources(24, 1)
     assert len(sources) == 24
     assert any("F.conv2d(" in src for src in sources.values())  # the generator's functional form is drawn
-    for name, src in sources.items():
-        path = tmp_path / f"{name}.py"
-        path.write_text(src)
-        problem = load_problem(path)
-        family, _ = match(problem)
-        assert family is fam, name
+    for name, src, problem, _ in _bench_problems_of_this_family(tmp_path, sources):
         x = problem.input_shapes[0]
         mb = 4 * math.prod(x) / 1e6
         assert 4 <= mb <= 800, (name, x)  # 8-400 MB drawn; the batch rounds (at least 1, at most 512)
@@ -943,19 +949,14 @@ def test_few_channel_bench_problems_take_the_fma_kernels(tmp_path):
 
     sources = problem_sources(few=True)
     assert len(sources) == 5
-    for name, src in sources.items():
-        path = tmp_path / f"{name}.py"
-        path.write_text(src)
-        problem = load_problem(path)
-        family, spec = match(problem)
-        assert family is fam, name
+    for name, _, problem, spec in _bench_problems_of_this_family(tmp_path, sources):
         d = fam.derive(spec)
         few = d["CIG"] <= fam.FMA_FWD_CIG_MAX
         assert (d["FMA_FWD"] is not None) is few, name
         assert (d["FMA_DX"] is not None) is (few and d["HALO_DX"] is None), name
         if name == "c3_stem_relu_maxpool":
             assert d["FMA_FWD"]["CT"] == 16 and d["FMA_FWD"]["CTILES"] == 4 and d["FMA_DX"] is not None
-        emit.generate_problem(problem, str(path))
+        emit.generate_problem(problem, str(tmp_path / f"{name}.py"))
 
 
 def test_dev_diff_edits_are_exact_replacements():
