@@ -1,11 +1,10 @@
-// Prototype, not shipped (forty-fifth session): the training forward of docs/notes/conv2d_avgpool_act_reduce.md's
-// design for the bundled step, written against the rendered bundled kernel's names. How it was checked (CPU, ptxas):
-//   kgen generate kgen/problems/conv2d_avgpool_sigmoid_sum.py --out /tmp/bund/gen
-//   insert this file before "// ---------------- host: launch configuration" of /tmp/bund/gen/*/kernel.cu
-//   nvcc -gencode=arch=compute_90a,code=sm_90a -DKGEN_SM90=1 -DKGEN_SM90A=1 -O3 -std=c++17 -c -Xptxas -v
-//   (and sm_80 with -DKGEN_SM90=0 -DKGEN_SM90A=0)
-// Result: no spills; sm_90a 126 registers (3xTF32) / 84 (TF32), sm_80 127 / 83; FT_SMEM 111,488 bytes on the sm_90
-// path (two CTAs an SM). Not run: no host launcher, no stored backward, no binding.
+// Prototype, not shipped (forty-fifth session): the kernels of docs/notes/conv2d_avgpool_act_reduce.md's design for
+// the bundled step (a training forward that keeps act'(pre) and the unit weight / bias gradient partials, a stored
+// backward, the g-weighted reduction), written against the rendered bundled kernel's names. tests/dev/prototypes/
+// bundled_ab.py inserts this file into the rendered kernel, adds a host harness and compiles (--compile-only) or runs
+// it against the shipped kernels. ptxas (CPU, nvcc 13.0): no spills; training forward sm_90a 126 registers (3xTF32)
+// / 84 (TF32), sm_80 127 / 83, 111,488 bytes of shared memory on the sm_90 path (two CTAs an SM); stored backward
+// 100 / 86 (sm_90a), 95 / 85 (sm_80). Not run on a GPU.
 // ---- PROTOTYPE (forty-fifth session, not shipped): the training forward of docs/notes/conv2d_avgpool_act_reduce.md's
 // design. Per tile: box sums, GEMM1, act and the forward sum as fwd_kernel; then s = act'(pre) (unit dpre) into Dp and to
 // global (sg, (n, CO, PHO, PWO)), and this block's unit grad_b / grad_w partials (its image's) from Dp and As.
@@ -124,3 +123,62 @@ fwd_train_kernel(const float* __restrict__ x, const float* __restrict__ w, const
 }
 template __global__ void fwd_train_kernel<true>(const float*, const float*, const float*, float*, float*, float*, float*, int);
 template __global__ void fwd_train_kernel<false>(const float*, const float*, const float*, float*, float*, float*, float*, int);
+
+// The stored backward of the same design: per tile, dpre = g * r * s staged from the training forward's s (core and
+// halo positions), W/DIV staged once, then GEMM3 (dBs) and the gather (phases 5-6): no x, no box sums, no GEMM1.
+template <bool X3>
+__global__ void __launch_bounds__(NT, B_MINB)
+bwd_stored_kernel(const float* __restrict__ gout, const float* __restrict__ sg, const float* __restrict__ w,
+                  float* __restrict__ grad_x, long long total_tiles, int G) {
+    extern __shared__ float4 smem_f4[];
+    BwdSmem s;
+    s.Ws = reinterpret_cast<float*>(smem_f4);
+    s.As = s.Ws + CO_ALL * KP;
+    s.Dp = s.As + B_MPAD * KP;
+    s.mask = s.Dp + B_MPAD * CP;
+    s.bias_s = s.mask + B_MPAD;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    stage_weights<false, X3>(s.Ws, w, 0);
+    for (long long tt = blockIdx.x; tt < total_tiles; tt += G) {
+        BwdTile tile;
+        tile.img = tt / B_TILES;
+        const int tix = (int)(tt - tile.img * B_TILES);
+        tile.th = tix / B_TW;
+        tile.tw = tix - tile.th * B_TW;
+        tile.ph_base = tile.th * TPH_B - HALO_H;
+        tile.pw_base = tile.tw * TPW_B - HALO_W;
+        const float gval = reduce_finish(__ldg(gout + tile.img));
+        __syncthreads();  // the previous tile's gather is done with As; Ws is staged
+        const float* sp = sg + (size_t)tile.img * CO * (PHO * PWO);
+        for (int idx = threadIdx.x; idx < CO_ALL * B_MPAD; idx += NT) {
+            const int co = idx / B_MPAD, m = idx - co * B_MPAD;
+            const int eh = m / B_EW, ew = m - eh * B_EW;
+            const int ph = tile.ph_base + eh, pw = tile.pw_base + ew;
+            const bool ok = m < B_M && co < CO && ph >= 0 && ph < PHO && pw >= 0 && pw < PWO;
+            s.Dp[m * CP + co] = ok ? gval * __ldg(sp + (size_t)co * (PHO * PWO) + ph * PWO + pw) : 0.0f;
+        }
+        __syncthreads();
+        bwd_dbs<X3>(s, warp, g, t);         // phase 5: dBs over As
+        __syncthreads();
+        bwd_grad_x(grad_x, s.As, tile, 0);  // phase 6
+    }
+    (void)lane;
+}
+template __global__ void bwd_stored_kernel<true>(const float*, const float*, const float*, float*, long long, int);
+template __global__ void bwd_stored_kernel<false>(const float*, const float*, const float*, float*, long long, int);
+
+// grad_w / grad_b of the design: the G = n * cl training-forward blocks' unit partials, each times its image's
+// g * r, added in block order (deterministic)
+__global__ void __launch_bounds__(256)
+wb_unit_reduce_kernel(const float* __restrict__ part, const float* __restrict__ gout, int G, int cl,
+                      float* __restrict__ gw, float* __restrict__ gb) {
+    const int e = blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= PART) return;
+    float s = 0.0f;
+    for (int i = 0; i < G; ++i) s += reduce_finish(__ldg(gout + i / cl)) * __ldg(part + (size_t)i * PART + e);
+    if (e < CO * KTOT) {
+        if (gw) gw[e] = s / (float)DIV;
+    } else {
+        if (gb) gb[e - CO * KTOT] = s * BSCALE;
+    }
+}
