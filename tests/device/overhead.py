@@ -18,7 +18,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from kgen.bench import cuda_time_ms, per_call_ms, reset_save_policy  # noqa: E402
+from kgen.bench import cuda_time_ms, forward_call, harness_forward, per_call_ms, reset_save_policy  # noqa: E402
 from tests.families import all_families  # noqa: E402
 from tests.helpers import reference_and_new  # noqa: E402
 
@@ -64,11 +64,10 @@ def event_table(model, new, ns, x):
     """Milliseconds: back-to-back and one call per sample, each provider with and without autograd (kgen's save
     policy reset first, as a fresh process finds it: the host table's backward rows make it store)."""
     print(f"  batch {x.shape[0]}: ms back-to-back | one call per sample (median)")
+    reset_save_policy(ns)  # neither row below runs a backward
     for name, m in (("eager", model), ("kgen", new)):
         for grad in (False, True):
-            if name == "kgen":
-                reset_save_policy(ns)
-            fn = (lambda m=m: m(x)) if grad else no_grad(lambda m=m: m(x))
+            fn = harness_forward(m, x) if grad else forward_call(m, x)  # as `kgen bench` times them
             b2b, call = cuda_time_ms(fn, 10, 30), per_call_ms(fn, 10, 100)
             print(f"    {name:<6} {'autograd on' if grad else 'no grad':<12} {b2b:9.4f} | {call:9.4f}  "
                   f"(per call - b2b: {1e3 * (call - b2b):7.1f} us)", flush=True)
