@@ -1,4 +1,4 @@
-// kgen: fused Conv2d -> AvgPool2d -> sigmoid -> sum over [C,H,W]  (kgen_conv2d_avgpool_act_reduce_d786979c)
+// kgen: fused Conv2d -> AvgPool2d -> sigmoid -> sum over [C,H,W]  (kgen_conv2d_avgpool_act_reduce_375c5a1a)
 // Pool-first: conv followed by avg-pool is one linear map, so each pooled output is
 //   pre[n,co,ph,pw] = bias[co] + sum_k (W[co,k]/DIV) * Bs[n,ph,pw,k]   (k = ci*KH*KW + ky*KW + kx)
 // where Bs is a PKH x PKW box sum of the (zero-padded) input at the conv tap offsets.
@@ -95,7 +95,7 @@ struct Identity {
 
 #endif  // KGEN_ACTIVATION_CUH
 
-namespace kgen_conv2d_avgpool_act_reduce_d786979c_ns {
+namespace kgen_conv2d_avgpool_act_reduce_375c5a1a_ns {
 
 // ---- 3xTF32 tensor-core helpers (mma.sync m16n8k8, fp32-level accuracy) ----
 // a = hi + lo with hi = rna(a) in tf32; lo is passed raw (the tensor core ignores its low 13 bits).
@@ -934,9 +934,9 @@ __device__ __forceinline__ void gather_cells(float* grad_x, const float* As, con
 #pragma unroll
                 for (int j4 = 0; j4 < PKW / 4; ++j4) {
                     const int c = PKW * Q + 4 * j4 - PW;
-                    if (c >= c_lo && c < c_hi)
-                        *reinterpret_cast<float4*>(gp + c) =
-                            make_float4(o[4 * j4], o[4 * j4 + 1], o[4 * j4 + 2], o[4 * j4 + 3]);
+                    if (c >= c_lo && c < c_hi)   // __stcs: one 16-byte store (a plain float4 store came out as 4 scalar ones)
+                        __stcs(reinterpret_cast<float4*>(gp + c),
+                               make_float4(o[4 * j4], o[4 * j4 + 1], o[4 * j4 + 2], o[4 * j4 + 3]));
                 }
             } else {
 #pragma unroll
@@ -1014,7 +1014,7 @@ __device__ __forceinline__ void gather_pixels(float* grad_x, const float* As, co
             }
             float* gp = gcol + (size_t)r * W;
             if constexpr (GV == 4) {
-                *reinterpret_cast<float4*>(gp) = make_float4(sv[0], sv[1], sv[2], sv[3]);
+                __stcs(reinterpret_cast<float4*>(gp), make_float4(sv[0], sv[1], sv[2], sv[3]));
             } else {
                 gp[0] = sv[0];
             }
@@ -1095,13 +1095,24 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
     }
 }
 
-// grad_w[e] / grad_b[e] = fixed-order sum of the G block partials
-__global__ void __launch_bounds__(256)
+// grad_w[e] / grad_b[e] = fixed-order sum of the G block partials. A block takes 32 elements; its warp k adds the
+// partials k, k + WB_SLICES, ... (coalesced: lane = element) and lane e of warp 0 adds the WB_SLICES sums in order:
+// deterministic, with WB_SLICES times the loads in flight of one thread an element.
+constexpr int WB_SLICES = 8;
+__global__ void __launch_bounds__(32 * WB_SLICES)
 wb_reduce_kernel(const float* __restrict__ part, int G, float* __restrict__ gw, float* __restrict__ gb) {
-    const int e = blockIdx.x * blockDim.x + threadIdx.x;
-    if (e >= PART) return;
+    __shared__ float red[WB_SLICES][32];
+    const int lane = threadIdx.x & 31, k = threadIdx.x >> 5;
+    const int e = blockIdx.x * 32 + lane;
     float s = 0.0f;
-    for (int i = 0; i < G; ++i) s += __ldg(part + (size_t)i * PART + e);
+    if (e < PART)
+        for (int i = k; i < G; i += WB_SLICES) s += __ldg(part + (size_t)i * PART + e);
+    red[k][lane] = s;
+    __syncthreads();
+    if (k != 0 || e >= PART) return;
+    s = 0.0f;
+#pragma unroll
+    for (int j = 0; j < WB_SLICES; ++j) s += red[j][lane];
     if (e < CO * KTOT) {
         if (gw) gw[e] = s / (float)DIV;
     } else {
@@ -1172,13 +1183,13 @@ static long long bwd_grid(int64_t n, const DevInfo& d, int tf32) {
     const long long tiles = (long long)n * B_TILES, wave = (long long)d.sms * d.bwd_per_sm[tf32];
     return tiles < wave ? tiles : wave;
 }
-}  // namespace kgen_conv2d_avgpool_act_reduce_d786979c_ns
+}  // namespace kgen_conv2d_avgpool_act_reduce_375c5a1a_ns
 
 // Workspace bytes the forward (backward == 0) or the backward (backward != 0) needs at batch n on the current
 // device, in TF32 mode tf32 (0: 3xTF32, 1: one TF32 pass; the launch must pass the same). Uninitialised memory is
 // fine: every float the kernels read back was written earlier in the same call.
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_d786979c_workspace_bytes(int64_t n, int backward, int tf32, size_t* bytes) {
-    using namespace kgen_conv2d_avgpool_act_reduce_d786979c_ns;
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_375c5a1a_workspace_bytes(int64_t n, int backward, int tf32, size_t* bytes) {
+    using namespace kgen_conv2d_avgpool_act_reduce_375c5a1a_ns;
     tf32 = tf32 ? 1 : 0;
     *bytes = 0;
     if (n <= 0) return cudaSuccess;
@@ -1195,9 +1206,9 @@ extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_d786979c_workspace_bytes(i
     return cudaSuccess;
 }
 
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_d786979c_forward(const float* x, const float* w, const float* b, float* out,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_375c5a1a_forward(const float* x, const float* w, const float* b, float* out,
                                          void* workspace, int64_t n, int tf32, cudaStream_t stream) {
-    using namespace kgen_conv2d_avgpool_act_reduce_d786979c_ns;
+    using namespace kgen_conv2d_avgpool_act_reduce_375c5a1a_ns;
     if (n <= 0) return cudaSuccess;
     tf32 = tf32 ? 1 : 0;
     const DevInfo* d = nullptr;
@@ -1231,10 +1242,10 @@ extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_d786979c_forward(const flo
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_d786979c_backward(const float* grad_out, const float* x, const float* w, const float* b,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_375c5a1a_backward(const float* grad_out, const float* x, const float* w, const float* b,
                                           float* grad_x, float* grad_w, float* grad_b, void* workspace,
                                           int64_t n, int tf32, cudaStream_t stream) {
-    using namespace kgen_conv2d_avgpool_act_reduce_d786979c_ns;
+    using namespace kgen_conv2d_avgpool_act_reduce_375c5a1a_ns;
     tf32 = tf32 ? 1 : 0;
     const int want_wb = (grad_w != nullptr || grad_b != nullptr) ? 1 : 0;
     float* part = static_cast<float*>(workspace);
@@ -1250,7 +1261,7 @@ extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_d786979c_backward(const fl
         if ((e = cudaGetLastError()) != cudaSuccess) return e;
     }
     if (want_wb) {   // G == 0 (empty batch): zeros
-        wb_reduce_kernel<<<(PART + 255) / 256, 256, 0, stream>>>(part, (int)G, grad_w, grad_b);
+        wb_reduce_kernel<<<(PART + 31) / 32, 32 * WB_SLICES, 0, stream>>>(part, (int)G, grad_w, grad_b);
         if ((e = cudaGetLastError()) != cudaSuccess) return e;
     }
     return cudaSuccess;

@@ -298,9 +298,9 @@ __device__ __forceinline__ void gather_cells(float* grad_x, const float* As, con
 #pragma unroll
                 for (int j4 = 0; j4 < PKW / 4; ++j4) {
                     const int c = PKW * Q + 4 * j4 - PW;
-                    if (c >= c_lo && c < c_hi)
-                        *reinterpret_cast<float4*>(gp + c) =
-                            make_float4(o[4 * j4], o[4 * j4 + 1], o[4 * j4 + 2], o[4 * j4 + 3]);
+                    if (c >= c_lo && c < c_hi)   // __stcs: one 16-byte store (a plain float4 store came out as 4 scalar ones)
+                        __stcs(reinterpret_cast<float4*>(gp + c),
+                               make_float4(o[4 * j4], o[4 * j4 + 1], o[4 * j4 + 2], o[4 * j4 + 3]));
                 }
             } else {
 #pragma unroll
@@ -378,7 +378,7 @@ __device__ __forceinline__ void gather_pixels(float* grad_x, const float* As, co
             }
             float* gp = gcol + (size_t)r * W;
             if constexpr (GV == 4) {
-                *reinterpret_cast<float4*>(gp) = make_float4(sv[0], sv[1], sv[2], sv[3]);
+                __stcs(reinterpret_cast<float4*>(gp), make_float4(sv[0], sv[1], sv[2], sv[3]));
             } else {
                 gp[0] = sv[0];
             }
@@ -459,13 +459,24 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
     }
 }
 
-// grad_w[e] / grad_b[e] = fixed-order sum of the G block partials
-__global__ void __launch_bounds__(256)
+// grad_w[e] / grad_b[e] = fixed-order sum of the G block partials. A block takes 32 elements; its warp k adds the
+// partials k, k + WB_SLICES, ... (coalesced: lane = element) and lane e of warp 0 adds the WB_SLICES sums in order:
+// deterministic, with WB_SLICES times the loads in flight of one thread an element.
+constexpr int WB_SLICES = 8;
+__global__ void __launch_bounds__(32 * WB_SLICES)
 wb_reduce_kernel(const float* __restrict__ part, int G, float* __restrict__ gw, float* __restrict__ gb) {
-    const int e = blockIdx.x * blockDim.x + threadIdx.x;
-    if (e >= PART) return;
+    __shared__ float red[WB_SLICES][32];
+    const int lane = threadIdx.x & 31, k = threadIdx.x >> 5;
+    const int e = blockIdx.x * 32 + lane;
     float s = 0.0f;
-    for (int i = 0; i < G; ++i) s += __ldg(part + (size_t)i * PART + e);
+    if (e < PART)
+        for (int i = k; i < G; i += WB_SLICES) s += __ldg(part + (size_t)i * PART + e);
+    red[k][lane] = s;
+    __syncthreads();
+    if (k != 0 || e >= PART) return;
+    s = 0.0f;
+#pragma unroll
+    for (int j = 0; j < WB_SLICES; ++j) s += red[j][lane];
     if (e < CO * KTOT) {
         if (gw) gw[e] = s / (float)DIV;
     } else {
