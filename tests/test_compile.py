@@ -157,6 +157,24 @@ def test_channel_fold_on_a_20_tap_kernel_compiles_without_spills(tmp_path):
     assert not bad, "\n".join(bad)
 
 
+# The bundled problem's backward writes grad_x in 16-byte stores (its cell gather's float4s): a plain float4 store there
+# compiled to four scalar ones (no st.global.v4 in the PTX), and the gather ran at a quarter of the write bandwidth
+# (forty-seventh session, H100: 0.86 ms for 604 MB); it now stores through __stcs, which keeps the vector form.
+@pytest.mark.skipif(NVCC is None, reason="nvcc not on PATH")
+@pytest.mark.parametrize("arch", ["80", "90"])
+def test_bundled_backward_gather_stores_16_bytes_at_once(tmp_path, arch):
+    source = emit.generate(REPO / "kgen" / "problems" / "conv2d_avgpool_sigmoid_sum.py").files["kernel.cu"]
+    (tmp_path / "kernel.cu").write_text(source)
+    subprocess.run([NVCC, f"-arch=sm_{arch}", "-O3", "-std=c++17", "-ptx", str(tmp_path / "kernel.cu"), "-o",
+                    str(tmp_path / "kernel.ptx")], check=True, capture_output=True)
+    ptx = (tmp_path / "kernel.ptx").read_text()
+    bodies = re.split(r"\n(?=\.visible \.entry|\.entry)", ptx)
+    bwd = [b for b in bodies if re.match(r"(\.visible )?\.entry \w+_ns10bwd_kernel", b)]
+    assert len(bwd) == 2, [b[:120] for b in bodies]   # the 3xTF32 and the TF32 instances
+    for body in bwd:
+        assert len(re.findall(r"st\.global\.cs\.v4\.f32", body)) >= 4, body[:400]
+
+
 # A 1x1 convolution whose halo chunks are wider than 8 channels, at 4 CTAs an SM on sm_90: its TF32 inference instance
 # runs on wgmma in sm_90a images, on mma.sync in plain sm_90 ones, where it spilled 32 bytes at 128 registers; 4 CTAs
 # are asked for in sm_90a images of Hopper-path builds only (HALO_TF32_CTAS_WGMMA_ONLY)

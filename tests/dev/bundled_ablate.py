@@ -1,0 +1,130 @@
+"""Where the bundled problem's backward spends its time: phases of the backward kernels switched off one at a time
+(a development harness, not shipped code). Each variant is the generated model_new.py with a phase's call guarded by
+a condition false at run time (`total_tiles < 0`: the code stays, the work goes) and its own namespace, built in
+parallel, then timed by CUDA events (median, back to back) next to a write and a copy of x's size.
+
+Usage (GPU): python tests/dev/bundled_ablate.py STORED_MODEL_NEW.py [RECOMPUTE_MODEL_NEW.py] [--reps 15]
+STORED_...: a stored-design build (branch bundled-stored); RECOMPUTE_...: main's recompute design (optional).
+Variants whose edit does not match the text are reported and skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import torch  # noqa: E402
+
+from tests.device.prebuild import build  # noqa: E402
+
+OFF = "if (total_tiles < 0) "
+STAGE = "for (int i0 = 0; i0 < ST_ITER; i0 += ST_BATCH) {"
+STAGE_OFF = "for (int i0 = 0; i0 < (total_tiles < 0 ? ST_ITER : 0); i0 += ST_BATCH) {"
+DBS = "bwd_dbs<X3>(s, warp, g, t);          // phase 5"
+DBS_MAIN = "bwd_dbs<X3>(s, warp, g, t);            // phase 5"
+GX_STORED = "bwd_grad_x(grad_x, s.As, tile, 0);   // phase 6"
+GX_MAIN = "bwd_grad_x(grad_x, s.As, tile, ch);    // phase 6"
+DPRE = "bwd_dpre<X3>(x, w, s, tile, gval, warp, g, t);  // phase 2"
+
+STORED = {
+    "full": [],
+    "no gather": [(GX_STORED, OFF + GX_STORED)],
+    "no GEMM3": [(DBS, OFF + DBS)],
+    "no staging": [(STAGE, STAGE_OFF)],
+    "staging only": [(DBS, OFF + DBS), (GX_STORED, OFF + GX_STORED)],
+    "gather only": [(STAGE, STAGE_OFF), (DBS, OFF + DBS)],
+    "nothing (tile loop)": [(STAGE, STAGE_OFF), (DBS, OFF + DBS), (GX_STORED, OFF + GX_STORED)],
+}
+RECOMPUTE = {
+    "full": [],
+    "no gather": [(GX_MAIN, OFF + GX_MAIN)],
+    "no GEMM3, no gather": [(DBS_MAIN, OFF + DBS_MAIN), (GX_MAIN, OFF + GX_MAIN)],
+    "no recompute (dpre)": [(DPRE, OFF + DPRE)],
+}
+
+
+def variant(text: str, edits: list, tag: str) -> str | None:
+    ns = re.search(r'KGEN_NAMESPACE = "(kgen_\w+_)([0-9a-f]{8})"', text)
+    for old, new in edits:
+        if text.count(old) != 1:
+            return None
+        text = text.replace(old, new)
+    return text.replace(ns.group(1) + ns.group(2), ns.group(1) + ns.group(2)[:-len(tag)] + tag)
+
+
+def ms(fn, reps: int) -> float:
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    return sorted(times)[len(times) // 2]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("stored")
+    ap.add_argument("recompute", nargs="?")
+    ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--batch", type=int, default=128)
+    a = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="kgen_ablate_"))
+    jobs = []   # (kind, label, path)
+    for kind, src, table in (("stored", a.stored, STORED), ("recompute", a.recompute, RECOMPUTE)):
+        if src is None:
+            continue
+        text = Path(src).read_text()
+        for i, (label, edits) in enumerate(table.items()):
+            v = variant(text, edits, f"{'s' if kind == 'stored' else 'r'}{i:x}")
+            if v is None:
+                print(f"{kind} / {label}: edit does not match, skipped", flush=True)
+                continue
+            d = tmp / f"{kind}_{i}"
+            d.mkdir()
+            (d / "model_new.py").write_text(v)
+            jobs.append((kind, label, d / "model_new.py"))
+    with ThreadPoolExecutor(8) as ex:
+        for (kind, label, _), (_, secs, rc, err) in zip(jobs, ex.map(build, [p for _, _, p in jobs])):
+            print(f"built {kind} / {label} in {secs:.0f} s" if rc == 0 else f"BUILD FAIL {kind} / {label}: {err}",
+                  flush=True)
+    n = a.batch
+    torch.manual_seed(0)
+    x = torch.rand(n, 8, 384, 384, device="cuda")
+    g = torch.rand(n, device="cuda")
+    gx = torch.empty_like(x)
+    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, batch {n}", flush=True)
+    print(f"reference: write x-sized {ms(lambda: gx.fill_(1.0), a.reps):.3f} ms, copy x {ms(lambda: gx.copy_(x), a.reps):.3f} ms",
+          flush=True)
+    for tf32 in (False, True):
+        torch.backends.cudnn.allow_tf32 = tf32
+        for kind, label, path in jobs:
+            ns: dict = {"__name__": "ablate"}
+            exec(compile(path.read_text(), str(path), "exec"), ns)
+            ops = getattr(torch.ops, ns["KGEN_NAMESPACE"])
+            m = ns["ModelNew"](8, 64, 3, 4).cuda()
+            w, b = m.conv.weight.detach(), m.conv.bias.detach()
+            if kind == "stored":
+                _, s, u = ops.forward_train(x, w, b, True, True)
+                row = {"x": lambda: ops.backward_stored(g, x, s, u, w, b, [True, False, False])}
+            else:
+                row = {"x": lambda: ops.backward(g, x, w, b, [True, False, False]),
+                       "w,b": lambda: ops.backward(g, x, w, b, [False, True, True]),
+                       "all": lambda: ops.backward(g, x, w, b, [True, True, True])}
+            print(f"TF32 {'allowed' if tf32 else 'off'} {kind:9s} {label:22s} " +
+                  ", ".join(f"{k} {ms(f, a.reps):.3f}" for k, f in row.items()), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
