@@ -3,8 +3,8 @@
 a condition false at run time (`total_tiles < 0`: the code stays, the work goes) and its own namespace, built in
 parallel, then timed by CUDA events (median, back to back) next to a write and a copy of x's size.
 
-Usage (GPU): python tests/dev/bundled_ablate.py STORED_MODEL_NEW.py [RECOMPUTE_MODEL_NEW.py] [--reps 15]
-STORED_...: a stored-design build (branch bundled-stored); RECOMPUTE_...: main's recompute design (optional).
+Usage (GPU): python tests/dev/bundled_ablate.py [--stored MODEL_NEW.py] [--recompute MODEL_NEW.py] [--reps 15]
+--stored: a stored-design build (branch bundled-stored); --recompute: main's design (default: generated/'s bundled one).
 Variants whose edit does not match the text are reported and skipped.
 """
 
@@ -74,8 +74,9 @@ def ms(fn, reps: int) -> float:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("stored")
-    ap.add_argument("recompute", nargs="?")
+    ap.add_argument("--stored", default=None)
+    ap.add_argument("--recompute", default=str(Path(__file__).resolve().parents[2] / "generated" /
+                                               "conv2d_avgpool_sigmoid_sum" / "model_new.py"))
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--batch", type=int, default=128)
     a = ap.parse_args()
