@@ -1,7 +1,7 @@
 """Where the bundled problem's backward spends its time: phases of the backward kernels switched off one at a time
 (a development harness, not shipped code). Each variant is the generated model_new.py with a phase's call guarded by
 a condition false at run time (`total_tiles < 0`: the code stays, the work goes) and its own namespace, built in
-parallel, then timed by CUDA events (median, back to back) next to a write and a copy of x's size.
+parallel, then timed by kgen.bench.cuda_time_ms (median, back to back) next to a write and a copy of x's size.
 
 Usage (GPU): python tests/dev/bundled_ablate.py [--stored MODEL_NEW.py] [--recompute MODEL_NEW.py] [--reps 15]
 --stored: a stored-design build (branch bundled-stored); --recompute: main's design (default: generated/'s bundled one).
@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch  # noqa: E402
 
+from kgen.bench import cuda_time_ms  # noqa: E402
 from tests.device.prebuild import build  # noqa: E402
 
 OFF = "if (total_tiles < 0) "
@@ -58,20 +59,6 @@ def variant(text: str, edits: list, tag: str) -> str | None:
     return text.replace(ns.group(1) + ns.group(2), ns.group(1) + ns.group(2)[:-len(tag)] + tag)
 
 
-def ms(fn, reps: int) -> float:
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return sorted(times)[len(times) // 2]
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--stored", default=None)
@@ -105,8 +92,8 @@ def main() -> int:
     g = torch.rand(n, device="cuda")
     gx = torch.empty_like(x)
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, batch {n}", flush=True)
-    print(f"reference: write x-sized {ms(lambda: gx.fill_(1.0), a.reps):.3f} ms, copy x {ms(lambda: gx.copy_(x), a.reps):.3f} ms",
-          flush=True)
+    write, copy = cuda_time_ms(lambda: gx.fill_(1.0), 2, a.reps), cuda_time_ms(lambda: gx.copy_(x), 2, a.reps)
+    print(f"reference: write x-sized {write:.3f} ms, copy x {copy:.3f} ms", flush=True)
     for tf32 in (False, True):
         torch.backends.cudnn.allow_tf32 = tf32
         for kind, label, path in jobs:
@@ -123,7 +110,7 @@ def main() -> int:
                        "w,b": lambda: ops.backward(g, x, w, b, [False, True, True]),
                        "all": lambda: ops.backward(g, x, w, b, [True, True, True])}
             print(f"TF32 {'allowed' if tf32 else 'off'} {kind:9s} {label:22s} " +
-                  ", ".join(f"{k} {ms(f, a.reps):.3f}" for k, f in row.items()), flush=True)
+                  ", ".join(f"{k} {cuda_time_ms(f, 2, a.reps):.3f}" for k, f in row.items()), flush=True)
     return 0
 
 
