@@ -163,7 +163,7 @@ def test_channel_fold_on_a_20_tap_kernel_compiles_without_spills(tmp_path):
 @pytest.mark.skipif(NVCC is None, reason="nvcc not on PATH")
 @pytest.mark.parametrize("arch", ["80", "90"])
 def test_bundled_backward_gather_stores_16_bytes_at_once(tmp_path, arch):
-    source = emit.generate(REPO / "kgen" / "problems" / "conv2d_avgpool_sigmoid_sum.py").files["kernel.cu"]
+    source = dict(CASES)["conv2d_avgpool_sigmoid_sum"].files["kernel.cu"]
     (tmp_path / "kernel.cu").write_text(source)
     subprocess.run([NVCC, f"-arch=sm_{arch}", "-O3", "-std=c++17", "-ptx", str(tmp_path / "kernel.cu"), "-o",
                     str(tmp_path / "kernel.ptx")], check=True, capture_output=True)

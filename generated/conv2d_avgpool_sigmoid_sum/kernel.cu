@@ -1,4 +1,4 @@
-// kgen: fused Conv2d -> AvgPool2d -> sigmoid -> sum over [C,H,W]  (kgen_conv2d_avgpool_act_reduce_375c5a1a)
+// kgen: fused Conv2d -> AvgPool2d -> sigmoid -> sum over [C,H,W]  (kgen_conv2d_avgpool_act_reduce_673b6455)
 // Pool-first: conv followed by avg-pool is one linear map, so each pooled output is
 //   pre[n,co,ph,pw] = bias[co] + sum_k (W[co,k]/DIV) * Bs[n,ph,pw,k]   (k = ci*KH*KW + ky*KW + kx)
 // where Bs is a PKH x PKW box sum of the (zero-padded) input at the conv tap offsets.
@@ -95,7 +95,7 @@ struct Identity {
 
 #endif  // KGEN_ACTIVATION_CUH
 
-namespace kgen_conv2d_avgpool_act_reduce_375c5a1a_ns {
+namespace kgen_conv2d_avgpool_act_reduce_673b6455_ns {
 
 // ---- 3xTF32 tensor-core helpers (mma.sync m16n8k8, fp32-level accuracy) ----
 // a = hi + lo with hi = rna(a) in tf32; lo is passed raw (the tensor core ignores its low 13 bits).
@@ -930,11 +930,11 @@ __device__ __forceinline__ void gather_cells(float* grad_x, const float* As, con
                 o[j] = sacc;
             }
             float* gp = gplane + (size_t)r * W;
-            if constexpr (VECG) {
+            if constexpr (VECG) {   // __stcs: one 16-byte store (a plain float4 store here compiled to 4 scalar ones)
 #pragma unroll
                 for (int j4 = 0; j4 < PKW / 4; ++j4) {
                     const int c = PKW * Q + 4 * j4 - PW;
-                    if (c >= c_lo && c < c_hi)   // __stcs: one 16-byte store (a plain float4 store came out as 4 scalar ones)
+                    if (c >= c_lo && c < c_hi)
                         __stcs(reinterpret_cast<float4*>(gp + c),
                                make_float4(o[4 * j4], o[4 * j4 + 1], o[4 * j4 + 2], o[4 * j4 + 3]));
                 }
@@ -1183,13 +1183,13 @@ static long long bwd_grid(int64_t n, const DevInfo& d, int tf32) {
     const long long tiles = (long long)n * B_TILES, wave = (long long)d.sms * d.bwd_per_sm[tf32];
     return tiles < wave ? tiles : wave;
 }
-}  // namespace kgen_conv2d_avgpool_act_reduce_375c5a1a_ns
+}  // namespace kgen_conv2d_avgpool_act_reduce_673b6455_ns
 
 // Workspace bytes the forward (backward == 0) or the backward (backward != 0) needs at batch n on the current
 // device, in TF32 mode tf32 (0: 3xTF32, 1: one TF32 pass; the launch must pass the same). Uninitialised memory is
 // fine: every float the kernels read back was written earlier in the same call.
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_375c5a1a_workspace_bytes(int64_t n, int backward, int tf32, size_t* bytes) {
-    using namespace kgen_conv2d_avgpool_act_reduce_375c5a1a_ns;
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_673b6455_workspace_bytes(int64_t n, int backward, int tf32, size_t* bytes) {
+    using namespace kgen_conv2d_avgpool_act_reduce_673b6455_ns;
     tf32 = tf32 ? 1 : 0;
     *bytes = 0;
     if (n <= 0) return cudaSuccess;
@@ -1206,9 +1206,9 @@ extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_375c5a1a_workspace_bytes(i
     return cudaSuccess;
 }
 
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_375c5a1a_forward(const float* x, const float* w, const float* b, float* out,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_673b6455_forward(const float* x, const float* w, const float* b, float* out,
                                          void* workspace, int64_t n, int tf32, cudaStream_t stream) {
-    using namespace kgen_conv2d_avgpool_act_reduce_375c5a1a_ns;
+    using namespace kgen_conv2d_avgpool_act_reduce_673b6455_ns;
     if (n <= 0) return cudaSuccess;
     tf32 = tf32 ? 1 : 0;
     const DevInfo* d = nullptr;
@@ -1242,10 +1242,10 @@ extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_375c5a1a_forward(const flo
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_375c5a1a_backward(const float* grad_out, const float* x, const float* w, const float* b,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_673b6455_backward(const float* grad_out, const float* x, const float* w, const float* b,
                                           float* grad_x, float* grad_w, float* grad_b, void* workspace,
                                           int64_t n, int tf32, cudaStream_t stream) {
-    using namespace kgen_conv2d_avgpool_act_reduce_375c5a1a_ns;
+    using namespace kgen_conv2d_avgpool_act_reduce_673b6455_ns;
     tf32 = tf32 ? 1 : 0;
     const int want_wb = (grad_w != nullptr || grad_b != nullptr) ? 1 : 0;
     float* part = static_cast<float*>(workspace);

@@ -294,11 +294,11 @@ __device__ __forceinline__ void gather_cells(float* grad_x, const float* As, con
                 o[j] = sacc;
             }
             float* gp = gplane + (size_t)r * W;
-            if constexpr (VECG) {
+            if constexpr (VECG) {   // __stcs: one 16-byte store (a plain float4 store here compiled to 4 scalar ones)
 #pragma unroll
                 for (int j4 = 0; j4 < PKW / 4; ++j4) {
                     const int c = PKW * Q + 4 * j4 - PW;
-                    if (c >= c_lo && c < c_hi)   // __stcs: one 16-byte store (a plain float4 store came out as 4 scalar ones)
+                    if (c >= c_lo && c < c_hi)
                         __stcs(reinterpret_cast<float4*>(gp + c),
                                make_float4(o[4 * j4], o[4 * j4 + 1], o[4 * j4 + 2], o[4 * j4 + 3]));
                 }
