@@ -4,7 +4,10 @@ a condition false at run time (`total_tiles < 0`: the code stays, the work goes)
 parallel, then timed by kgen.bench.cuda_time_ms (median, back to back) next to a write and a copy of x's size.
 
 Usage (GPU): python tests/dev/bundled_ablate.py [--stored MODEL_NEW.py] [--recompute MODEL_NEW.py] [--reps 15]
+[--tiles THxTW ...] [--no-phases]
 --stored: a stored-design build (branch bundled-stored); --recompute: main's design (default: generated/'s bundled one).
+--tiles: the recompute design again with each of these sm_90 backward core tiles (pooled rows x cols) instead of
+derive()'s, whole (every phase on); --no-phases: only the tiles, no phase ablation.
 Variants whose edit does not match the text are reported and skipped.
 """
 
@@ -59,6 +62,19 @@ def variant(text: str, edits: list, tag: str) -> str | None:
     return text.replace(ns.group(1) + ns.group(2), ns.group(1) + ns.group(2)[:-len(tag)] + tag)
 
 
+def tile_edits(text: str, tile: str) -> list:
+    """The edits that give the sm_90 path's backward the core tile TPHxTPW (its B_SMEM_PY follows; the bundled shape's
+    halo of 1 pooled row and column)."""
+    from kgen.families.conv2d_avgpool_act_reduce import smem_bytes
+    tph, tpw = (int(v) for v in tile.split("x"))
+    sm90 = text[text.index("#if KGEN_SM90\nconstexpr int TPH"):text.index("#else", text.index("#if KGEN_SM90\nconstexpr int TPH"))]
+    old_t = re.search(r"constexpr int TPH_B = \d+, TPW_B = \d+;", sm90).group(0)
+    old_s = re.search(r"B_SMEM_PY = \d+;", sm90).group(0)
+    b_mpad = ((tph + 1) * (tpw + 1) + 15) // 16 * 16
+    return [(sm90, sm90.replace(old_t, f"constexpr int TPH_B = {tph}, TPW_B = {tpw};")
+             .replace(old_s, f"B_SMEM_PY = {smem_bytes(9, 64, 1, 8, 0, b_mpad)[1]};"))]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--stored", default=None)
@@ -66,6 +82,8 @@ def main() -> int:
                                                "conv2d_avgpool_sigmoid_sum" / "model_new.py"))
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument("--tiles", nargs="*", default=[])
+    ap.add_argument("--no-phases", action="store_true")
     a = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="kgen_ablate_"))
     jobs = []   # (kind, label, path)
@@ -73,6 +91,9 @@ def main() -> int:
         if src is None:
             continue
         text = Path(src).read_text()
+        if kind == "recompute":
+            table = {} if a.no_phases else dict(table)
+            table.update({f"tile {tile}": tile_edits(text, tile) for tile in a.tiles})
         for i, (label, edits) in enumerate(table.items()):
             v = variant(text, edits, f"{'s' if kind == 'stored' else 'r'}{i:x}")
             if v is None:
