@@ -67,7 +67,8 @@ def tile_edits(text: str, tile: str) -> list:
     halo of 1 pooled row and column)."""
     from kgen.families.conv2d_avgpool_act_reduce import smem_bytes
     tph, tpw = (int(v) for v in tile.split("x"))
-    sm90 = text[text.index("#if KGEN_SM90\nconstexpr int TPH"):text.index("#else", text.index("#if KGEN_SM90\nconstexpr int TPH"))]
+    start = text.index("#if KGEN_SM90\nconstexpr int TPH")
+    sm90 = text[start:text.index("#else", start)]
     old_t = re.search(r"constexpr int TPH_B = \d+, TPW_B = \d+;", sm90).group(0)
     old_s = re.search(r"B_SMEM_PY = \d+;", sm90).group(0)
     b_mpad = ((tph + 1) * (tpw + 1) + 15) // 16 * 16
