@@ -1,4 +1,4 @@
-// kgen: fused Conv2d -> AvgPool2d -> sigmoid -> sum over [C,H,W]  (kgen_conv2d_avgpool_act_reduce_673b6455)
+// kgen: fused Conv2d -> AvgPool2d -> sigmoid -> sum over [C,H,W]  (kgen_conv2d_avgpool_act_reduce_d701d14f)
 // Pool-first: conv followed by avg-pool is one linear map, so each pooled output is
 //   pre[n,co,ph,pw] = bias[co] + sum_k (W[co,k]/DIV) * Bs[n,ph,pw,k]   (k = ci*KH*KW + ky*KW + kx)
 // where Bs is a PKH x PKW box sum of the (zero-padded) input at the conv tap offsets.
@@ -95,7 +95,7 @@ struct Identity {
 
 #endif  // KGEN_ACTIVATION_CUH
 
-namespace kgen_conv2d_avgpool_act_reduce_673b6455_ns {
+namespace kgen_conv2d_avgpool_act_reduce_d701d14f_ns {
 
 // ---- 3xTF32 tensor-core helpers (mma.sync m16n8k8, fp32-level accuracy) ----
 // a = hi + lo with hi = rna(a) in tf32; lo is passed raw (the tensor core ignores its low 13 bits).
@@ -142,7 +142,7 @@ constexpr int TPH = 5, TPW = 48;          // forward tile, pooled positions
 constexpr int TPH_B = 7, TPW_B = 19;  // backward core tile, pooled positions
 constexpr int CI_CHUNK = 8;                    // input channels per K chunk
 constexpr bool FWD_WFRAG = true;        // forward keeps W as pre-split tf32 hi/lo B fragments
-constexpr size_t F_SMEM_PY = 110208, B_SMEM_PY = 112512;  // derive()'s shared-memory sizes
+constexpr size_t F_SMEM_PY = 106368, B_SMEM_PY = 111488;  // derive()'s shared-memory sizes
 constexpr size_t SMEM_MAX = 227 * 1024;   // opt-in shared memory per block (sm_90)
 constexpr size_t SMEM_2B = 113 * 1024;    // two blocks per SM fit at or below this
 #else
@@ -150,7 +150,7 @@ constexpr int TPH = 4, TPW = 32;          // forward tile, pooled positions
 constexpr int TPH_B = 5, TPW_B = 20;  // backward core tile, pooled positions
 constexpr int CI_CHUNK = 8;                    // input channels per K chunk
 constexpr bool FWD_WFRAG = false;        // forward keeps W as pre-split tf32 hi/lo B fragments
-constexpr size_t F_SMEM_PY = 58752, B_SMEM_PY = 93952;  // derive()'s shared-memory sizes
+constexpr size_t F_SMEM_PY = 55680, B_SMEM_PY = 92928;  // derive()'s shared-memory sizes
 constexpr size_t SMEM_MAX = 99 * 1024;    // opt-in shared memory per block on sm_86/89 (sm_80: 163 KB)
 constexpr size_t SMEM_2B = 81 * 1024;     // two blocks per SM fit at or below this on sm_80
 #endif
@@ -168,11 +168,12 @@ constexpr int PR = (PKH - 1) * SH + (KH - 1) * DH + 1;   // input rows under one
 constexpr int PC = (PKW - 1) * SW + (KW - 1) * DW + 1;   // input cols under one pooled output
 constexpr int S_H = PSH * SH, S_W = PSW * SW;            // input step between pooled outputs
 constexpr int NCHUNK = (CI + CI_CHUNK - 1) / CI_CHUNK;
-constexpr int KC = CI_CHUNK * KK, KC8 = (KC + 7) / 8 * 8, KP = KC8 + 4, KN8 = KC8 / 8;
+constexpr int KC = CI_CHUNK * KK, KC8 = (KC + 7) / 8 * 8, KN8 = KC8 / 8;
+constexpr int KP = KC8 % 16 == 8 ? KC8 : KC8 + 8;        // row stride of As / Ws: 8 mod 16 (the swizzle, gemm.cuh)
 constexpr int CO16 = (CO + 15) / 16 * 16;
 constexpr int COCH = CO16 < 64 ? CO16 : 64;              // output channels per GEMM pass
 constexpr int NCO_CH = (CO16 + COCH - 1) / COCH;
-constexpr int CO_ALL = NCO_CH * COCH, NT8 = COCH / 8, CP = CO_ALL + 4;
+constexpr int CO_ALL = NCO_CH * COCH, NT8 = COCH / 8, CP = CO_ALL + 8;   // CP: Dp's row stride, 8 mod 16
 constexpr int NT = 256, NW = 8;
 // forward tiles
 constexpr int F_EW = TPW, F_M = TPH * TPW, F_MPAD = (F_M + 15) / 16 * 16, F_MT = F_MPAD / 16;
@@ -251,6 +252,119 @@ __device__ __forceinline__ float reduce_finish(float s) {
     else return s;
 }
 
+// ---------------- tensor-core GEMM pieces (conv2d_avgpool_act_reduce/gemm.cuh) ----------------
+// m16n8k8 fragment loaders from shared memory and GEMM1 (box sums x W^T), in 3xTF32 (X3) or one TF32 pass. Plain
+// CUDA, included by kernel.cu.j2 after the problem constants it reads.
+
+// c = 0 (every element; fully unrolled)
+template <int A, int B>
+__device__ __forceinline__ void zero(float (&c)[A][B]) {
+#pragma unroll
+    for (int i = 0; i < A; ++i)
+#pragma unroll
+        for (int j = 0; j < B; ++j) c[i][j] = 0.0f;
+}
+template <int A, int B, int C>
+__device__ __forceinline__ void zero(float (&c)[A][B][C]) {
+#pragma unroll
+    for (int i = 0; i < A; ++i)
+#pragma unroll
+        for (int j = 0; j < B; ++j)
+#pragma unroll
+            for (int r = 0; r < C; ++r) c[i][j][r] = 0.0f;
+}
+
+// ---- the swizzled operand layout and m16n8k8 fragments from it (lane = 4*g + t) ----
+// As, Ws and Dp hold element (row, col) at row * S + (col ^ (row & 4)) with a row stride S = 8 mod 16 (KP, CP): bit 2
+// of the column flipped on rows with bit 2 set. Both fragment read patterns are then free of bank conflicts: 8 rows x
+// 4 columns (rows g, columns t: A fragments, GEMM1's B) and 4 rows x 8 columns (rows t, columns g: the operands of
+// grad_w, GEMM3's B), where a plain stride serves only one of the two. Row blocks start at multiples of 8, so bit 2 of
+// a fragment row is bit 2 of g (or 0 for rows t, 1 for rows t + 4).
+template <int S>
+__device__ __forceinline__ int swz(int row, int col) { return row * S + (col ^ (row & 4)); }
+// This lane's offsets, computed once per kernel: KCOL is its column t on rows g (t ^ (g & 4)), and DCOL the step from
+// its element in column c to the one in column c ^ 4 of the same row block, (g & 4) ? -4 : 4: the second column of an
+// 8 x 4 fragment (rows g), or, in a 4 x 8 fragment (rows t, columns g), the column of row t + 4.
+struct Lane { int g, t, kcol, dcol; };
+__device__ __forceinline__ Lane lane_of(int lane) {
+    const int g = lane >> 2, t = lane & 3;
+    return Lane{g, t, t ^ (g & 4), 4 - ((g & 4) << 1)};
+}
+// One fragment element: split (kg_split), or RAW: a value staged already rounded to TF32 (staged<false>), whose bits
+// are hi as they are (the one-pass TF32 mode reads only hi)
+template <bool RAW>
+__device__ __forceinline__ void frag_elem(float v, uint32_t& hi, uint32_t& lo) {
+    if constexpr (RAW) { hi = __float_as_uint(v); lo = 0u; }
+    else kg_split(v, hi, lo);
+}
+// A (16 x 8): the lane holds rows g, g+8 of columns t, t+4: p[0] (row g, column t), p[8 * RS] (row g+8), p[o4]
+// (column t+4), p[8 * RS + o4]. On the swizzled layout: rows g at row stride RS with o4 = DCOL (p at column KCOL), or
+// transposed (rows of the fragment along a stored row, RS = 1) with o4 = 4 * S + DCOL.
+template <int RS, bool RAW = false>
+__device__ __forceinline__ void load_a(KgAFrag& a, const float* p, int o4) {
+    frag_elem<RAW>(p[0], a.h[0], a.l[0]);
+    frag_elem<RAW>(p[8 * RS], a.h[1], a.l[1]);
+    frag_elem<RAW>(p[o4], a.h[2], a.l[2]);
+    frag_elem<RAW>(p[8 * RS + o4], a.h[3], a.l[3]);
+}
+// the same with columns t scaled by s0 and columns t+4 by s1
+template <int RS>
+__device__ __forceinline__ void load_a(KgAFrag& a, const float* p, int o4, float s0, float s1) {
+    kg_split(p[0] * s0, a.h[0], a.l[0]);
+    kg_split(p[8 * RS] * s0, a.h[1], a.l[1]);
+    kg_split(p[o4] * s1, a.h[2], a.l[2]);
+    kg_split(p[8 * RS + o4] * s1, a.h[3], a.l[3]);
+}
+// B (8 x 8, k x n): the lane holds rows t, t+4 of column g: p[0] and p[o4] (o4 as load_a's: DCOL where k runs along
+// a stored row, 4 * S + DCOL where it runs down the rows)
+template <bool RAW = false>
+__device__ __forceinline__ void load_b(KgBFrag& b, const float* p, int o4) {
+    frag_elem<RAW>(p[0], b.h[0], b.l[0]);
+    frag_elem<RAW>(p[o4], b.h[1], b.l[1]);
+}
+// B pre-split by stage_wfrag: {hi(b0), hi(b1), lo(b0), lo(b1)}
+__device__ __forceinline__ void load_b(KgBFrag& b, const float4 v) {
+    b.h[0] = __float_as_uint(v.x); b.h[1] = __float_as_uint(v.y);
+    b.l[0] = __float_as_uint(v.z); b.l[1] = __float_as_uint(v.w);
+}
+
+// GEMM1: acc[i][j] (m-tile mt0+NW*i, n-tile j of channel pass co0) += As * Ws^T over this K chunk; W as staged by
+// stage_weights<WF, X3> and the box sums by compute_as<..., X3> (RAW loads where !X3). X3: the three 3xTF32
+// products are three passes over the m-tiles, so their mma chains interleave; else only the last pass (the product
+// of the TF32-rounded operands).
+template <int MT, int MTW, bool WF, bool X3>
+__device__ __forceinline__ void gemm1(const float* As, const float* Ws, int co0, int mt0, const Lane& L,
+                                      float (&acc)[MTW][NT8][4]) {
+    const int warp = mt0, lane = 4 * L.g + L.t;
+#pragma unroll
+    for (int ks = 0; ks < KN8; ++ks) {
+        KgAFrag a[MTW];
+#pragma unroll
+        for (int i = 0; i < MTW; ++i) {
+            const int mt = warp + NW * i;
+            if (mt < MT) load_a<KP, !X3>(a[i], As + (mt * 16 + L.g) * KP + ks * 8 + L.kcol, L.dcol);
+        }
+#pragma unroll
+        for (int j = 0; j < NT8; ++j) {
+            KgBFrag b;
+            if constexpr (WF)
+                load_b(b, reinterpret_cast<const float4*>(Ws)[(ks * (CO_ALL / 8) + co0 / 8 + j) * 32 + lane]);
+            else load_b<!X3>(b, Ws + (co0 + j * 8 + L.g) * KP + ks * 8 + L.kcol, L.dcol);
+            if constexpr (X3) {
+#pragma unroll
+                for (int i = 0; i < MTW; ++i)
+                    if (warp + NW * i < MT) kg_mma(acc[i][j], a[i].l[0], a[i].l[1], a[i].l[2], a[i].l[3], b.h[0], b.h[1]);
+#pragma unroll
+                for (int i = 0; i < MTW; ++i)
+                    if (warp + NW * i < MT) kg_mma(acc[i][j], a[i].h[0], a[i].h[1], a[i].h[2], a[i].h[3], b.l[0], b.l[1]);
+            }
+#pragma unroll
+            for (int i = 0; i < MTW; ++i)
+                if (warp + NW * i < MT) kg_mma(acc[i][j], a[i].h[0], a[i].h[1], a[i].h[2], a[i].h[3], b.h[0], b.h[1]);
+        }
+    }
+}
+
 // ---------------- staging (conv2d_avgpool_act_reduce/staging.cuh) ----------------
 // Shared memory of one tile and K chunk: W scaled by 1/DIV (plain, or as pre-split tf32 B fragments) and the box
 // sums As of the tile's pooled positions, straight from x. Plain CUDA, included by kernel.cu.j2 after the problem
@@ -273,12 +387,12 @@ __device__ __forceinline__ float staged(float v) {
     else return __uint_as_float(tf32_rna(v));
 }
 
-// Ws[co][kk] = W[co, ch*CI_CHUNK*KK + kk] / DIV, zero padded to CO_ALL x KP
+// Ws[co][kk] = W[co, ch*CI_CHUNK*KK + kk] / DIV, zero padded to CO_ALL x KP, swizzled (swz<KP>)
 template <bool X3>
 __device__ __forceinline__ void stage_w(float* Ws, const float* __restrict__ w, int ch) {
     for (int idx = threadIdx.x; idx < CO_ALL * KP; idx += NT) {
         const int co = idx / KP, kk = idx - co * KP;
-        Ws[idx] = staged<X3>(w_scaled(w, co, kk, ch));
+        Ws[swz<KP>(co, kk)] = staged<X3>(w_scaled(w, co, kk, ch));
     }
 }
 
@@ -306,7 +420,8 @@ __device__ __forceinline__ void stage_weights(float* Ws, const float* w, int ch)
     else stage_w<X3>(Ws, w, ch);
 }
 
-// As[m][cl*KK + ky*KW + kx] = box sums for positions m of a tile (row-major EW wide), channel chunk ch (staged<X3>).
+// As[m][cl*KK + ky*KW + kx] = box sums for positions m of a tile (row-major EW wide), channel chunk ch (staged<X3>),
+// swizzled (swz<KP>).
 template <int EW, int M, int MPAD, int UNR, bool X3>
 __device__ __forceinline__ void compute_as(const float* __restrict__ x, float* As, long long img, int ch,
                                            int ph_base, int pw_base) {
@@ -406,16 +521,15 @@ __device__ __forceinline__ void compute_as(const float* __restrict__ x, float* A
 #pragma unroll
                 for (int kx = 0; kx < KW; ++kx) acc[ky][kx] = ok ? acc[ky][kx] : 0.0f;
         }
-        float* dst = As + m * KP + cl * KK;
 #pragma unroll
         for (int ky = 0; ky < KH; ++ky)
 #pragma unroll
-            for (int kx = 0; kx < KW; ++kx) dst[ky * KW + kx] = staged<X3>(acc[ky][kx]);
+            for (int kx = 0; kx < KW; ++kx) As[swz<KP>(m, cl * KK + ky * KW + kx)] = staged<X3>(acc[ky][kx]);
     }
     if constexpr (KC8 > KC) {
         for (int idx = threadIdx.x; idx < MPAD * (KC8 - KC); idx += NT) {
             const int m = idx / KPADW, j = idx - m * KPADW;
-            As[m * KP + KC + j] = 0.0f;
+            As[swz<KP>(m, KC + j)] = 0.0f;
         }
     }
 }
@@ -429,101 +543,6 @@ __device__ __forceinline__ void stage_chunk(const float* x, const float* w, floa
     if constexpr (NCHUNK > 1) stage_weights<WF, X3>(Ws, w, ch);
     compute_as<EW, M, MPAD, UNR, X3>(x, As, img, ch, ph_base, pw_base);
     __syncthreads();
-}
-
-// ---------------- tensor-core GEMM pieces (conv2d_avgpool_act_reduce/gemm.cuh) ----------------
-// m16n8k8 fragment loaders from shared memory and GEMM1 (box sums x W^T), in 3xTF32 (X3) or one TF32 pass. Plain
-// CUDA, included by kernel.cu.j2 after the problem constants it reads.
-
-// c = 0 (every element; fully unrolled)
-template <int A, int B>
-__device__ __forceinline__ void zero(float (&c)[A][B]) {
-#pragma unroll
-    for (int i = 0; i < A; ++i)
-#pragma unroll
-        for (int j = 0; j < B; ++j) c[i][j] = 0.0f;
-}
-template <int A, int B, int C>
-__device__ __forceinline__ void zero(float (&c)[A][B][C]) {
-#pragma unroll
-    for (int i = 0; i < A; ++i)
-#pragma unroll
-        for (int j = 0; j < B; ++j)
-#pragma unroll
-            for (int r = 0; r < C; ++r) c[i][j][r] = 0.0f;
-}
-
-// ---- m16n8k8 fragments from shared memory, split into tf32 hi/lo (lane = 4*g + t) ----
-// One fragment element: split (kg_split), or RAW: a value staged already rounded to TF32 (staged<false>), whose bits
-// are hi as they are (the one-pass TF32 mode reads only hi)
-template <bool RAW>
-__device__ __forceinline__ void frag_elem(float v, uint32_t& hi, uint32_t& lo) {
-    if constexpr (RAW) { hi = __float_as_uint(v); lo = 0u; }
-    else kg_split(v, hi, lo);
-}
-// A (16 x 8): element (row, col) at p[row*RS + col*CS], p pointing at (g, t); the lane holds rows g, g+8 of
-// columns t, t+4.
-template <int RS, int CS, bool RAW = false>
-__device__ __forceinline__ void load_a(KgAFrag& a, const float* p) {
-    frag_elem<RAW>(p[0], a.h[0], a.l[0]);
-    frag_elem<RAW>(p[8 * RS], a.h[1], a.l[1]);
-    frag_elem<RAW>(p[4 * CS], a.h[2], a.l[2]);
-    frag_elem<RAW>(p[8 * RS + 4 * CS], a.h[3], a.l[3]);
-}
-// the same with column t scaled by s0 and column t+4 by s1
-template <int RS, int CS>
-__device__ __forceinline__ void load_a(KgAFrag& a, const float* p, float s0, float s1) {
-    kg_split(p[0] * s0, a.h[0], a.l[0]);
-    kg_split(p[8 * RS] * s0, a.h[1], a.l[1]);
-    kg_split(p[4 * CS] * s1, a.h[2], a.l[2]);
-    kg_split(p[8 * RS + 4 * CS] * s1, a.h[3], a.l[3]);
-}
-// B (8 x 8, k x n): element (k, n) at p[k*KS + n], p pointing at (t, g); the lane holds rows t, t+4 of column g.
-template <int KS, bool RAW = false>
-__device__ __forceinline__ void load_b(KgBFrag& b, const float* p) {
-    frag_elem<RAW>(p[0], b.h[0], b.l[0]);
-    frag_elem<RAW>(p[4 * KS], b.h[1], b.l[1]);
-}
-// B pre-split by stage_wfrag: {hi(b0), hi(b1), lo(b0), lo(b1)}
-__device__ __forceinline__ void load_b(KgBFrag& b, const float4 v) {
-    b.h[0] = __float_as_uint(v.x); b.h[1] = __float_as_uint(v.y);
-    b.l[0] = __float_as_uint(v.z); b.l[1] = __float_as_uint(v.w);
-}
-
-// GEMM1: acc[i][j] (m-tile mt0+NW*i, n-tile j of channel pass co0) += As * Ws^T over this K chunk; W as staged by
-// stage_weights<WF, X3> and the box sums by compute_as<..., X3> (RAW loads where !X3). X3: the three 3xTF32
-// products are three passes over the m-tiles, so their mma chains interleave; else only the last pass (the product
-// of the TF32-rounded operands).
-template <int MT, int MTW, bool WF, bool X3>
-__device__ __forceinline__ void gemm1(const float* As, const float* Ws, int co0, int mt0, float (&acc)[MTW][NT8][4]) {
-    const int warp = mt0, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-#pragma unroll
-    for (int ks = 0; ks < KN8; ++ks) {
-        KgAFrag a[MTW];
-#pragma unroll
-        for (int i = 0; i < MTW; ++i) {
-            const int mt = warp + NW * i;
-            if (mt < MT) load_a<KP, 1, !X3>(a[i], As + (mt * 16 + g) * KP + ks * 8 + t);
-        }
-#pragma unroll
-        for (int j = 0; j < NT8; ++j) {
-            KgBFrag b;
-            if constexpr (WF)
-                load_b(b, reinterpret_cast<const float4*>(Ws)[(ks * (CO_ALL / 8) + co0 / 8 + j) * 32 + lane]);
-            else load_b<1, !X3>(b, Ws + (co0 + j * 8 + g) * KP + ks * 8 + t);
-            if constexpr (X3) {
-#pragma unroll
-                for (int i = 0; i < MTW; ++i)
-                    if (warp + NW * i < MT) kg_mma(acc[i][j], a[i].l[0], a[i].l[1], a[i].l[2], a[i].l[3], b.h[0], b.h[1]);
-#pragma unroll
-                for (int i = 0; i < MTW; ++i)
-                    if (warp + NW * i < MT) kg_mma(acc[i][j], a[i].h[0], a[i].h[1], a[i].h[2], a[i].h[3], b.l[0], b.l[1]);
-            }
-#pragma unroll
-            for (int i = 0; i < MTW; ++i)
-                if (warp + NW * i < MT) kg_mma(acc[i][j], a[i].h[0], a[i].h[1], a[i].h[2], a[i].h[3], b.h[0], b.h[1]);
-        }
-    }
 }
 
 // ---------------- forward (conv2d_avgpool_act_reduce/forward.cuh) ----------------
@@ -573,7 +592,8 @@ fwd_kernel(const float* __restrict__ x, const float* __restrict__ w, const float
     float* red = As + F_MPAD * KP;
     float* bias_s = red + 32;
     for (int i = threadIdx.x; i < CO_ALL; i += NT) bias_s[i] = (b != nullptr && i < CO) ? __ldg(b + i) * BSCALE : 0.0f;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const Lane L = lane_of(lane);
     const long long img = blockIdx.x / cl;
     const int rank = (int)(blockIdx.x - img * cl);
     if constexpr (NCHUNK == 1) stage_weights<FWD_WFRAG, X3>(Ws, w, 0);
@@ -587,9 +607,9 @@ fwd_kernel(const float* __restrict__ x, const float* __restrict__ w, const float
             for (int ch = 0; ch < NCHUNK; ++ch) {
                 if (NCHUNK > 1 || cc == 0)
                     stage_chunk<F_EW, F_M, F_MPAD, 1, FWD_WFRAG, X3>(x, w, Ws, As, img, ch, ph0, pw0);
-                gemm1<F_MT, F_MTW, FWD_WFRAG, X3>(As, Ws, cc * COCH, warp, acc);
+                gemm1<F_MT, F_MTW, FWD_WFRAG, X3>(As, Ws, cc * COCH, warp, L, acc);
             }
-            tsum = fwd_act_sum(tsum, acc, bias_s, cc, ph0, pw0, warp, g, t);
+            tsum = fwd_act_sum(tsum, acc, bias_s, cc, ph0, pw0, warp, L.g, L.t);
         }
     }
     // block sum in a fixed order: warp shuffles, then the NW warp sums by thread 0
@@ -637,11 +657,12 @@ fwd_finish_kernel(const float* __restrict__ fpart, int cl, long long n, float* _
 // ---------------- backward (conv2d_avgpool_act_reduce/backward.cuh) ----------------
 // One __device__ function per phase of a backward tile, the persistent kernel that runs them between barriers, and
 // the fixed-order sum of the blocks' grad_w / grad_b partials. Plain CUDA, included by kernel.cu.j2 after the
-// problem constants it reads. Functions that take (warp, g, t) get this thread's warp and its lane's fragment row g
-// and column t (lane = 4*g + t) from the kernel.
+// problem constants it reads. Functions that take (warp, L) get this thread's warp and its lane's fragment row g,
+// column t (lane = 4*g + t) and swizzle offsets (Lane, gemm.cuh) from the kernel.
 
 // The backward's shared memory (B_SMEM bytes): Ws (W/DIV of the K chunk), As (box sums; GEMM3 overwrites them with
-// dBs), Dp (dpre, positions x channels), mask (1 at the tile's core positions), bias * BSCALE.
+// dBs, stored plain: the gather reads them), Dp (dpre, positions x channels), mask (1 at the tile's core positions),
+// bias * BSCALE. Ws, As (box sums) and Dp are swizzled (swz<KP>, swz<CP>).
 struct BwdSmem { float* Ws; float* As; float* Dp; float* mask; float* bias_s; };
 // One backward tile: sample img, core tile (th, tw) of pooled positions; its extended tile (core + halo) starts at
 // pooled position (ph_base, pw_base).
@@ -667,7 +688,7 @@ __device__ __forceinline__ void bwd_mark_core(float* mask, const BwdTile& tile) 
 // at 128 registers on some shapes); with K chunks the accumulators must outlive each chunk's box sums.
 template <bool X3>
 __device__ __forceinline__ void bwd_dpre(const float* x, const float* w, const BwdSmem& s, const BwdTile& tile,
-                                         float gval, int warp, int g, int t) {
+                                         float gval, int warp, const Lane& L) {
     constexpr int G1_SWEEPS = NCHUNK == 1 ? B_MTW : 1, G1_MTW = NCHUNK == 1 ? 1 : B_MTW;
     for (int cc = 0; cc < NCO_CH; ++cc) {
 #pragma unroll 1
@@ -678,7 +699,7 @@ __device__ __forceinline__ void bwd_dpre(const float* x, const float* w, const B
                 if ((NCHUNK > 1 || cc == 0) && sweep == 0)
                     stage_chunk<B_EW, B_M, B_MPAD, BSU, false, X3>(x, w, s.Ws, s.As, tile.img, ch, tile.ph_base,
                                                                    tile.pw_base);
-                gemm1<B_MT, G1_MTW, false, X3>(s.As, s.Ws, cc * COCH, warp + NW * sweep, acc);
+                gemm1<B_MT, G1_MTW, false, X3>(s.As, s.Ws, cc * COCH, warp + NW * sweep, L, acc);
             }
 #pragma unroll
             for (int i = 0; i < G1_MTW; ++i) {
@@ -687,7 +708,7 @@ __device__ __forceinline__ void bwd_dpre(const float* x, const float* w, const B
                 bool rv[2];
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
-                    const int m = mt * 16 + g + 8 * h;
+                    const int m = mt * 16 + L.g + 8 * h;
                     const int eh = m / B_EW, ew = m - eh * B_EW;
                     const int ph = tile.ph_base + eh, pw = tile.pw_base + ew;
                     rv[h] = m < B_M && ph >= 0 && ph < PHO && pw >= 0 && pw < PWO;
@@ -695,11 +716,16 @@ __device__ __forceinline__ void bwd_dpre(const float* x, const float* w, const B
 #pragma unroll
                 for (int j = 0; j < NT8; ++j)
 #pragma unroll
-                    for (int r = 0; r < 4; ++r) {
-                        const int m = mt * 16 + g + (r >> 1) * 8;
-                        const int co = cc * COCH + j * 8 + 2 * t + (r & 1);
-                        const float d = gval * Act::grad(acc[i][j][r] + s.bias_s[co]);
-                        s.Dp[m * CP + co] = (rv[r >> 1] && (CO == CO_ALL || co < CO)) ? d : 0.0f;
+                    for (int h = 0; h < 2; ++h) {   // rows g + 8h: channels co0, co0 + 1 as one float2
+                        const int m = mt * 16 + L.g + 8 * h, co0 = cc * COCH + j * 8 + 2 * L.t;
+                        float d[2];
+#pragma unroll
+                        for (int e = 0; e < 2; ++e) {
+                            const int co = co0 + e;
+                            const float v = gval * Act::grad(acc[i][j][2 * h + e] + s.bias_s[co]);
+                            d[e] = (rv[h] && (CO == CO_ALL || co < CO)) ? v : 0.0f;
+                        }
+                        *reinterpret_cast<float2*>(s.Dp + swz<CP>(m, co0)) = make_float2(d[0], d[1]);
                     }
             }
         }
@@ -715,7 +741,7 @@ __device__ __forceinline__ void bwd_grad_b(const BwdSmem& s, float* part_b, bool
         const int co = idx / DB_SEG, sg = idx - co * DB_SEG;
         float sum = 0.0f;
         if (co < CO)
-            for (int m = DW_MS0 * 8 + sg; m < B_M; m += DB_SEG) sum += s.Dp[m * CP + co] * s.mask[m];
+            for (int m = DW_MS0 * 8 + sg; m < B_M; m += DB_SEG) sum += s.Dp[swz<CP>(m, co)] * s.mask[m];
 #pragma unroll
         for (int o = DB_SEG / 2; o >= 1; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
         if (sg == 0 && co < CO) {
@@ -738,7 +764,8 @@ constexpr bool DW_WARP_GRID = NW % DW_MT == 0;    // NW / DW_MT warps per channe
 // under it).
 template <bool X3>
 __device__ __forceinline__ void grad_w_warp_grid(const BwdSmem& s, float* mypart, int ci0, size_t koff, bool first,
-                                                 int warp, int g, int t) {
+                                                 int warp, const Lane& L) {
+    const int g = L.g, t = L.t;
     constexpr int WPM = DW_WARP_GRID ? NW / DW_MT : 1;   // (1 where this variant is unused: no division by 0)
     constexpr int NJP = (DW_NT + WPM - 1) / WPM;
     // warps w and w+4 (one SMSP) get the same mi: n-tiles spread evenly over the SMSPs
@@ -766,13 +793,13 @@ __device__ __forceinline__ void grad_w_warp_grid(const BwdSmem& s, float* mypart
         const int m0 = ms * 8;
         const float mk0 = s.mask[m0 + t], mk1 = s.mask[m0 + t + 4];
         KgAFrag a;
-        load_a<1, CP>(a, s.Dp + (m0 + t) * CP + mi * 16 + g, mk0, mk1);   // A = (dpre * mask)^T: channels x positions
+        load_a<1>(a, s.Dp + (m0 + t) * CP + mi * 16 + g, 4 * CP + L.dcol, mk0, mk1);   // A = (dpre * mask)^T: channels x positions
 #pragma unroll
         for (int q = 0; q < NJP; ++q) {
             const int nj = nj0 + WPM * q;
             if (DW_NT % WPM != 0 && nj >= DW_NT) continue;
             KgBFrag bf;
-            load_b<KP, !X3>(bf, s.As + (m0 + t) * KP + nj * 8 + g);
+            load_b<!X3>(bf, s.As + (m0 + t) * KP + nj * 8 + g, 4 * KP + L.dcol);
             kg_mma_x<X3>(c[q], a, bf);
         }
     }
@@ -795,7 +822,8 @@ __device__ __forceinline__ void grad_w_warp_grid(const BwdSmem& s, float* mypart
 // dW with the DW_MT x DW_NT output tiles dealt to the warps in turn (channel counts where NW % DW_MT != 0)
 template <bool X3>
 __device__ __forceinline__ void grad_w_tile_list(const BwdSmem& s, float* mypart, int ci0, size_t koff, bool first,
-                                                 int warp, int g, int t) {
+                                                 int warp, const Lane& L) {
+    const int g = L.g, t = L.t;
     constexpr int DW_TILES = DW_MT * DW_NT, DW_PER = (DW_TILES + NW - 1) / NW;
     float c[DW_PER][4];
     zero(c);
@@ -809,9 +837,9 @@ __device__ __forceinline__ void grad_w_tile_list(const BwdSmem& s, float* mypart
             if (DW_TILES % NW != 0 && tix >= DW_TILES) continue;
             const int mi = tix / DW_NT, nj = tix - mi * DW_NT;
             KgAFrag a;
-            load_a<1, CP>(a, s.Dp + (m0 + t) * CP + mi * 16 + g, mk0, mk1);
+            load_a<1>(a, s.Dp + (m0 + t) * CP + mi * 16 + g, 4 * CP + L.dcol, mk0, mk1);
             KgBFrag bf;
-            load_b<KP, !X3>(bf, s.As + (m0 + t) * KP + nj * 8 + g);
+            load_b<!X3>(bf, s.As + (m0 + t) * KP + nj * 8 + g, 4 * KP + L.dcol);
             kg_mma_x<X3>(c[q], a, bf);
         }
     }
@@ -836,7 +864,8 @@ __device__ __forceinline__ void grad_w_tile_list(const BwdSmem& s, float* mypart
 // grad_w reads As). One m-tile at a time, so only KN8 x 4 accumulators are live (both m-tiles' at once spill at 128
 // registers on some shapes).
 template <bool X3>
-__device__ __forceinline__ void bwd_dbs(const BwdSmem& s, int warp, int g, int t) {
+__device__ __forceinline__ void bwd_dbs(const BwdSmem& s, int warp, const Lane& L) {
+    const int g = L.g, t = L.t;
 #pragma unroll 1
     for (int i = 0; i < B_MTW; ++i) {
         const int mt = warp + NW * i;
@@ -846,11 +875,11 @@ __device__ __forceinline__ void bwd_dbs(const BwdSmem& s, int warp, int g, int t
 #pragma unroll G3U
         for (int ks = 0; ks < CO_ALL / 8; ++ks) {
             KgAFrag a;
-            load_a<CP, 1>(a, s.Dp + (mt * 16 + g) * CP + ks * 8 + t);
+            load_a<CP>(a, s.Dp + (mt * 16 + g) * CP + ks * 8 + L.kcol, L.dcol);
 #pragma unroll
             for (int j = 0; j < KN8; ++j) {
                 KgBFrag bf;
-                load_b<KP, !X3>(bf, s.Ws + (ks * 8 + t) * KP + j * 8 + g);
+                load_b<!X3>(bf, s.Ws + (ks * 8 + t) * KP + j * 8 + g, 4 * KP + L.dcol);
                 kg_mma_x<X3>(acc3[j], a, bf);
             }
         }
@@ -1056,7 +1085,8 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
     s.bias_s = s.mask + B_MPAD;
     for (int i = threadIdx.x; i < CO_ALL; i += NT)
         s.bias_s[i] = (b != nullptr && i < CO) ? __ldg(b + i) * BSCALE : 0.0f;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int warp = threadIdx.x >> 5;
+    const Lane L = lane_of(threadIdx.x & 31);
     float* mypart = part + (size_t)blockIdx.x * PART;
     if constexpr (NCHUNK == 1) stage_weights<false, X3>(s.Ws, w, 0);
     bool first = true;
@@ -1071,7 +1101,7 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
         const float gval = reduce_finish(__ldg(gout + tile.img));   // the gradient at each summed value
         __syncthreads();                               // the previous tile is done with the shared memory
         bwd_mark_core(s.mask, tile);                   // phase 1
-        bwd_dpre<X3>(x, w, s, tile, gval, warp, g, t);  // phase 2 (stages the box sums: its own barriers)
+        bwd_dpre<X3>(x, w, s, tile, gval, warp, L);   // phase 2 (stages the box sums: its own barriers)
         __syncthreads();
         if (want_wb) bwd_grad_b(s, mypart + CO * KTOT, first);   // phase 3, into the grad_b end of the slice
         for (int ch = 0; ch < NCHUNK; ++ch) {
@@ -1081,12 +1111,12 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
             if (want_wb) {                             // phase 4
                 const int ci0 = ch * CI_CHUNK;
                 const size_t koff = (size_t)ch * CI_CHUNK * KK;
-                if constexpr (DW_WARP_GRID) grad_w_warp_grid<X3>(s, mypart, ci0, koff, first, warp, g, t);
-                else grad_w_tile_list<X3>(s, mypart, ci0, koff, first, warp, g, t);
+                if constexpr (DW_WARP_GRID) grad_w_warp_grid<X3>(s, mypart, ci0, koff, first, warp, L);
+                else grad_w_tile_list<X3>(s, mypart, ci0, koff, first, warp, L);
             }
             if (grad_x != nullptr) {
                 __syncthreads();   // dBs overwrites As, which grad_w reads
-                bwd_dbs<X3>(s, warp, g, t);            // phase 5
+                bwd_dbs<X3>(s, warp, L);               // phase 5
                 __syncthreads();
                 bwd_grad_x(grad_x, s.As, tile, ch);    // phase 6
             }
@@ -1183,13 +1213,13 @@ static long long bwd_grid(int64_t n, const DevInfo& d, int tf32) {
     const long long tiles = (long long)n * B_TILES, wave = (long long)d.sms * d.bwd_per_sm[tf32];
     return tiles < wave ? tiles : wave;
 }
-}  // namespace kgen_conv2d_avgpool_act_reduce_673b6455_ns
+}  // namespace kgen_conv2d_avgpool_act_reduce_d701d14f_ns
 
 // Workspace bytes the forward (backward == 0) or the backward (backward != 0) needs at batch n on the current
 // device, in TF32 mode tf32 (0: 3xTF32, 1: one TF32 pass; the launch must pass the same). Uninitialised memory is
 // fine: every float the kernels read back was written earlier in the same call.
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_673b6455_workspace_bytes(int64_t n, int backward, int tf32, size_t* bytes) {
-    using namespace kgen_conv2d_avgpool_act_reduce_673b6455_ns;
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_d701d14f_workspace_bytes(int64_t n, int backward, int tf32, size_t* bytes) {
+    using namespace kgen_conv2d_avgpool_act_reduce_d701d14f_ns;
     tf32 = tf32 ? 1 : 0;
     *bytes = 0;
     if (n <= 0) return cudaSuccess;
@@ -1206,9 +1236,9 @@ extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_673b6455_workspace_bytes(i
     return cudaSuccess;
 }
 
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_673b6455_forward(const float* x, const float* w, const float* b, float* out,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_d701d14f_forward(const float* x, const float* w, const float* b, float* out,
                                          void* workspace, int64_t n, int tf32, cudaStream_t stream) {
-    using namespace kgen_conv2d_avgpool_act_reduce_673b6455_ns;
+    using namespace kgen_conv2d_avgpool_act_reduce_d701d14f_ns;
     if (n <= 0) return cudaSuccess;
     tf32 = tf32 ? 1 : 0;
     const DevInfo* d = nullptr;
@@ -1242,10 +1272,10 @@ extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_673b6455_forward(const flo
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_673b6455_backward(const float* grad_out, const float* x, const float* w, const float* b,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_d701d14f_backward(const float* grad_out, const float* x, const float* w, const float* b,
                                           float* grad_x, float* grad_w, float* grad_b, void* workspace,
                                           int64_t n, int tf32, cudaStream_t stream) {
-    using namespace kgen_conv2d_avgpool_act_reduce_673b6455_ns;
+    using namespace kgen_conv2d_avgpool_act_reduce_d701d14f_ns;
     tf32 = tf32 ? 1 : 0;
     const int want_wb = (grad_w != nullptr || grad_b != nullptr) ? 1 : 0;
     float* part = static_cast<float*>(workspace);

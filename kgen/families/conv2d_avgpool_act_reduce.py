@@ -171,9 +171,9 @@ def smem_bytes(kk: int, co_all: int, wfrag: int, ci_chunk: int, f_mpad: int, b_m
     """The template's F_SMEM and B_SMEM: shared memory of the forward (W as pre-split fragments where wfrag, else plain;
     the box sums of f_mpad positions) and of the backward (b_mpad positions) at ci_chunk input channels a K chunk."""
     kc8 = _r(ci_chunk * kk, 8)
-    kp = kc8 + 4
+    kp = kc8 if kc8 % 16 == 8 else kc8 + 8  # row strides 8 mod 16 (the swizzled layout of gemm.cuh)
     fw = ((kc8 * co_all * 2 if wfrag else co_all * kp) + f_mpad * kp + 32 + co_all) * 4
-    bw = (co_all * kp + b_mpad * kp + b_mpad * (co_all + 4) + b_mpad + co_all) * 4
+    bw = (co_all * kp + b_mpad * kp + b_mpad * (co_all + 8) + b_mpad + co_all) * 4
     return fw, bw
 
 

@@ -1,11 +1,12 @@
 // ---------------- backward (conv2d_avgpool_act_reduce/backward.cuh) ----------------
 // One __device__ function per phase of a backward tile, the persistent kernel that runs them between barriers, and
 // the fixed-order sum of the blocks' grad_w / grad_b partials. Plain CUDA, included by kernel.cu.j2 after the
-// problem constants it reads. Functions that take (warp, g, t) get this thread's warp and its lane's fragment row g
-// and column t (lane = 4*g + t) from the kernel.
+// problem constants it reads. Functions that take (warp, L) get this thread's warp and its lane's fragment row g,
+// column t (lane = 4*g + t) and swizzle offsets (Lane, gemm.cuh) from the kernel.
 
 // The backward's shared memory (B_SMEM bytes): Ws (W/DIV of the K chunk), As (box sums; GEMM3 overwrites them with
-// dBs), Dp (dpre, positions x channels), mask (1 at the tile's core positions), bias * BSCALE.
+// dBs, stored plain: the gather reads them), Dp (dpre, positions x channels), mask (1 at the tile's core positions),
+// bias * BSCALE. Ws, As (box sums) and Dp are swizzled (swz<KP>, swz<CP>).
 struct BwdSmem { float* Ws; float* As; float* Dp; float* mask; float* bias_s; };
 // One backward tile: sample img, core tile (th, tw) of pooled positions; its extended tile (core + halo) starts at
 // pooled position (ph_base, pw_base).
@@ -31,7 +32,7 @@ __device__ __forceinline__ void bwd_mark_core(float* mask, const BwdTile& tile) 
 // at 128 registers on some shapes); with K chunks the accumulators must outlive each chunk's box sums.
 template <bool X3>
 __device__ __forceinline__ void bwd_dpre(const float* x, const float* w, const BwdSmem& s, const BwdTile& tile,
-                                         float gval, int warp, int g, int t) {
+                                         float gval, int warp, const Lane& L) {
     constexpr int G1_SWEEPS = NCHUNK == 1 ? B_MTW : 1, G1_MTW = NCHUNK == 1 ? 1 : B_MTW;
     for (int cc = 0; cc < NCO_CH; ++cc) {
 #pragma unroll 1
@@ -42,7 +43,7 @@ __device__ __forceinline__ void bwd_dpre(const float* x, const float* w, const B
                 if ((NCHUNK > 1 || cc == 0) && sweep == 0)
                     stage_chunk<B_EW, B_M, B_MPAD, BSU, false, X3>(x, w, s.Ws, s.As, tile.img, ch, tile.ph_base,
                                                                    tile.pw_base);
-                gemm1<B_MT, G1_MTW, false, X3>(s.As, s.Ws, cc * COCH, warp + NW * sweep, acc);
+                gemm1<B_MT, G1_MTW, false, X3>(s.As, s.Ws, cc * COCH, warp + NW * sweep, L, acc);
             }
 #pragma unroll
             for (int i = 0; i < G1_MTW; ++i) {
@@ -51,7 +52,7 @@ __device__ __forceinline__ void bwd_dpre(const float* x, const float* w, const B
                 bool rv[2];
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
-                    const int m = mt * 16 + g + 8 * h;
+                    const int m = mt * 16 + L.g + 8 * h;
                     const int eh = m / B_EW, ew = m - eh * B_EW;
                     const int ph = tile.ph_base + eh, pw = tile.pw_base + ew;
                     rv[h] = m < B_M && ph >= 0 && ph < PHO && pw >= 0 && pw < PWO;
@@ -59,11 +60,16 @@ __device__ __forceinline__ void bwd_dpre(const float* x, const float* w, const B
 #pragma unroll
                 for (int j = 0; j < NT8; ++j)
 #pragma unroll
-                    for (int r = 0; r < 4; ++r) {
-                        const int m = mt * 16 + g + (r >> 1) * 8;
-                        const int co = cc * COCH + j * 8 + 2 * t + (r & 1);
-                        const float d = gval * Act::grad(acc[i][j][r] + s.bias_s[co]);
-                        s.Dp[m * CP + co] = (rv[r >> 1] && (CO == CO_ALL || co < CO)) ? d : 0.0f;
+                    for (int h = 0; h < 2; ++h) {   // rows g + 8h: channels co0, co0 + 1 as one float2
+                        const int m = mt * 16 + L.g + 8 * h, co0 = cc * COCH + j * 8 + 2 * L.t;
+                        float d[2];
+#pragma unroll
+                        for (int e = 0; e < 2; ++e) {
+                            const int co = co0 + e;
+                            const float v = gval * Act::grad(acc[i][j][2 * h + e] + s.bias_s[co]);
+                            d[e] = (rv[h] && (CO == CO_ALL || co < CO)) ? v : 0.0f;
+                        }
+                        *reinterpret_cast<float2*>(s.Dp + swz<CP>(m, co0)) = make_float2(d[0], d[1]);
                     }
             }
         }
@@ -79,7 +85,7 @@ __device__ __forceinline__ void bwd_grad_b(const BwdSmem& s, float* part_b, bool
         const int co = idx / DB_SEG, sg = idx - co * DB_SEG;
         float sum = 0.0f;
         if (co < CO)
-            for (int m = DW_MS0 * 8 + sg; m < B_M; m += DB_SEG) sum += s.Dp[m * CP + co] * s.mask[m];
+            for (int m = DW_MS0 * 8 + sg; m < B_M; m += DB_SEG) sum += s.Dp[swz<CP>(m, co)] * s.mask[m];
 #pragma unroll
         for (int o = DB_SEG / 2; o >= 1; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
         if (sg == 0 && co < CO) {
@@ -102,7 +108,8 @@ constexpr bool DW_WARP_GRID = NW % DW_MT == 0;    // NW / DW_MT warps per channe
 // under it).
 template <bool X3>
 __device__ __forceinline__ void grad_w_warp_grid(const BwdSmem& s, float* mypart, int ci0, size_t koff, bool first,
-                                                 int warp, int g, int t) {
+                                                 int warp, const Lane& L) {
+    const int g = L.g, t = L.t;
     constexpr int WPM = DW_WARP_GRID ? NW / DW_MT : 1;   // (1 where this variant is unused: no division by 0)
     constexpr int NJP = (DW_NT + WPM - 1) / WPM;
     // warps w and w+4 (one SMSP) get the same mi: n-tiles spread evenly over the SMSPs
@@ -130,13 +137,13 @@ __device__ __forceinline__ void grad_w_warp_grid(const BwdSmem& s, float* mypart
         const int m0 = ms * 8;
         const float mk0 = s.mask[m0 + t], mk1 = s.mask[m0 + t + 4];
         KgAFrag a;
-        load_a<1, CP>(a, s.Dp + (m0 + t) * CP + mi * 16 + g, mk0, mk1);   // A = (dpre * mask)^T: channels x positions
+        load_a<1>(a, s.Dp + (m0 + t) * CP + mi * 16 + g, 4 * CP + L.dcol, mk0, mk1);   // A = (dpre * mask)^T: channels x positions
 #pragma unroll
         for (int q = 0; q < NJP; ++q) {
             const int nj = nj0 + WPM * q;
             if (DW_NT % WPM != 0 && nj >= DW_NT) continue;
             KgBFrag bf;
-            load_b<KP, !X3>(bf, s.As + (m0 + t) * KP + nj * 8 + g);
+            load_b<!X3>(bf, s.As + (m0 + t) * KP + nj * 8 + g, 4 * KP + L.dcol);
             kg_mma_x<X3>(c[q], a, bf);
         }
     }
@@ -159,7 +166,8 @@ __device__ __forceinline__ void grad_w_warp_grid(const BwdSmem& s, float* mypart
 // dW with the DW_MT x DW_NT output tiles dealt to the warps in turn (channel counts where NW % DW_MT != 0)
 template <bool X3>
 __device__ __forceinline__ void grad_w_tile_list(const BwdSmem& s, float* mypart, int ci0, size_t koff, bool first,
-                                                 int warp, int g, int t) {
+                                                 int warp, const Lane& L) {
+    const int g = L.g, t = L.t;
     constexpr int DW_TILES = DW_MT * DW_NT, DW_PER = (DW_TILES + NW - 1) / NW;
     float c[DW_PER][4];
     zero(c);
@@ -173,9 +181,9 @@ __device__ __forceinline__ void grad_w_tile_list(const BwdSmem& s, float* mypart
             if (DW_TILES % NW != 0 && tix >= DW_TILES) continue;
             const int mi = tix / DW_NT, nj = tix - mi * DW_NT;
             KgAFrag a;
-            load_a<1, CP>(a, s.Dp + (m0 + t) * CP + mi * 16 + g, mk0, mk1);
+            load_a<1>(a, s.Dp + (m0 + t) * CP + mi * 16 + g, 4 * CP + L.dcol, mk0, mk1);
             KgBFrag bf;
-            load_b<KP, !X3>(bf, s.As + (m0 + t) * KP + nj * 8 + g);
+            load_b<!X3>(bf, s.As + (m0 + t) * KP + nj * 8 + g, 4 * KP + L.dcol);
             kg_mma_x<X3>(c[q], a, bf);
         }
     }
@@ -200,7 +208,8 @@ __device__ __forceinline__ void grad_w_tile_list(const BwdSmem& s, float* mypart
 // grad_w reads As). One m-tile at a time, so only KN8 x 4 accumulators are live (both m-tiles' at once spill at 128
 // registers on some shapes).
 template <bool X3>
-__device__ __forceinline__ void bwd_dbs(const BwdSmem& s, int warp, int g, int t) {
+__device__ __forceinline__ void bwd_dbs(const BwdSmem& s, int warp, const Lane& L) {
+    const int g = L.g, t = L.t;
 #pragma unroll 1
     for (int i = 0; i < B_MTW; ++i) {
         const int mt = warp + NW * i;
@@ -210,11 +219,11 @@ __device__ __forceinline__ void bwd_dbs(const BwdSmem& s, int warp, int g, int t
 #pragma unroll G3U
         for (int ks = 0; ks < CO_ALL / 8; ++ks) {
             KgAFrag a;
-            load_a<CP, 1>(a, s.Dp + (mt * 16 + g) * CP + ks * 8 + t);
+            load_a<CP>(a, s.Dp + (mt * 16 + g) * CP + ks * 8 + L.kcol, L.dcol);
 #pragma unroll
             for (int j = 0; j < KN8; ++j) {
                 KgBFrag bf;
-                load_b<KP, !X3>(bf, s.Ws + (ks * 8 + t) * KP + j * 8 + g);
+                load_b<!X3>(bf, s.Ws + (ks * 8 + t) * KP + j * 8 + g, 4 * KP + L.dcol);
                 kg_mma_x<X3>(acc3[j], a, bf);
             }
         }
@@ -420,7 +429,8 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
     s.bias_s = s.mask + B_MPAD;
     for (int i = threadIdx.x; i < CO_ALL; i += NT)
         s.bias_s[i] = (b != nullptr && i < CO) ? __ldg(b + i) * BSCALE : 0.0f;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int warp = threadIdx.x >> 5;
+    const Lane L = lane_of(threadIdx.x & 31);
     float* mypart = part + (size_t)blockIdx.x * PART;
     if constexpr (NCHUNK == 1) stage_weights<false, X3>(s.Ws, w, 0);
     bool first = true;
@@ -435,7 +445,7 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
         const float gval = reduce_finish(__ldg(gout + tile.img));   // the gradient at each summed value
         __syncthreads();                               // the previous tile is done with the shared memory
         bwd_mark_core(s.mask, tile);                   // phase 1
-        bwd_dpre<X3>(x, w, s, tile, gval, warp, g, t);  // phase 2 (stages the box sums: its own barriers)
+        bwd_dpre<X3>(x, w, s, tile, gval, warp, L);   // phase 2 (stages the box sums: its own barriers)
         __syncthreads();
         if (want_wb) bwd_grad_b(s, mypart + CO * KTOT, first);   // phase 3, into the grad_b end of the slice
         for (int ch = 0; ch < NCHUNK; ++ch) {
@@ -445,12 +455,12 @@ bwd_kernel(const float* __restrict__ gout, const float* __restrict__ x, const fl
             if (want_wb) {                             // phase 4
                 const int ci0 = ch * CI_CHUNK;
                 const size_t koff = (size_t)ch * CI_CHUNK * KK;
-                if constexpr (DW_WARP_GRID) grad_w_warp_grid<X3>(s, mypart, ci0, koff, first, warp, g, t);
-                else grad_w_tile_list<X3>(s, mypart, ci0, koff, first, warp, g, t);
+                if constexpr (DW_WARP_GRID) grad_w_warp_grid<X3>(s, mypart, ci0, koff, first, warp, L);
+                else grad_w_tile_list<X3>(s, mypart, ci0, koff, first, warp, L);
             }
             if (grad_x != nullptr) {
                 __syncthreads();   // dBs overwrites As, which grad_w reads
-                bwd_dbs<X3>(s, warp, g, t);            // phase 5
+                bwd_dbs<X3>(s, warp, L);               // phase 5
                 __syncthreads();
                 bwd_grad_x(grad_x, s.As, tile, ch);    // phase 6
             }

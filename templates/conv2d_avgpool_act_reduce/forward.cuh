@@ -45,7 +45,8 @@ fwd_kernel(const float* __restrict__ x, const float* __restrict__ w, const float
     float* red = As + F_MPAD * KP;
     float* bias_s = red + 32;
     for (int i = threadIdx.x; i < CO_ALL; i += NT) bias_s[i] = (b != nullptr && i < CO) ? __ldg(b + i) * BSCALE : 0.0f;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const Lane L = lane_of(lane);
     const long long img = blockIdx.x / cl;
     const int rank = (int)(blockIdx.x - img * cl);
     if constexpr (NCHUNK == 1) stage_weights<FWD_WFRAG, X3>(Ws, w, 0);
@@ -59,9 +60,9 @@ fwd_kernel(const float* __restrict__ x, const float* __restrict__ w, const float
             for (int ch = 0; ch < NCHUNK; ++ch) {
                 if (NCHUNK > 1 || cc == 0)
                     stage_chunk<F_EW, F_M, F_MPAD, 1, FWD_WFRAG, X3>(x, w, Ws, As, img, ch, ph0, pw0);
-                gemm1<F_MT, F_MTW, FWD_WFRAG, X3>(As, Ws, cc * COCH, warp, acc);
+                gemm1<F_MT, F_MTW, FWD_WFRAG, X3>(As, Ws, cc * COCH, warp, L, acc);
             }
-            tsum = fwd_act_sum(tsum, acc, bias_s, cc, ph0, pw0, warp, g, t);
+            tsum = fwd_act_sum(tsum, acc, bias_s, cc, ph0, pw0, warp, L.g, L.t);
         }
     }
     // block sum in a fixed order: warp shuffles, then the NW warp sums by thread 0

@@ -20,12 +20,12 @@ __device__ __forceinline__ float staged(float v) {
     else return __uint_as_float(tf32_rna(v));
 }
 
-// Ws[co][kk] = W[co, ch*CI_CHUNK*KK + kk] / DIV, zero padded to CO_ALL x KP
+// Ws[co][kk] = W[co, ch*CI_CHUNK*KK + kk] / DIV, zero padded to CO_ALL x KP, swizzled (swz<KP>)
 template <bool X3>
 __device__ __forceinline__ void stage_w(float* Ws, const float* __restrict__ w, int ch) {
     for (int idx = threadIdx.x; idx < CO_ALL * KP; idx += NT) {
         const int co = idx / KP, kk = idx - co * KP;
-        Ws[idx] = staged<X3>(w_scaled(w, co, kk, ch));
+        Ws[swz<KP>(co, kk)] = staged<X3>(w_scaled(w, co, kk, ch));
     }
 }
 
@@ -53,7 +53,8 @@ __device__ __forceinline__ void stage_weights(float* Ws, const float* w, int ch)
     else stage_w<X3>(Ws, w, ch);
 }
 
-// As[m][cl*KK + ky*KW + kx] = box sums for positions m of a tile (row-major EW wide), channel chunk ch (staged<X3>).
+// As[m][cl*KK + ky*KW + kx] = box sums for positions m of a tile (row-major EW wide), channel chunk ch (staged<X3>),
+// swizzled (swz<KP>).
 template <int EW, int M, int MPAD, int UNR, bool X3>
 __device__ __forceinline__ void compute_as(const float* __restrict__ x, float* As, long long img, int ch,
                                            int ph_base, int pw_base) {
@@ -153,16 +154,15 @@ __device__ __forceinline__ void compute_as(const float* __restrict__ x, float* A
 #pragma unroll
                 for (int kx = 0; kx < KW; ++kx) acc[ky][kx] = ok ? acc[ky][kx] : 0.0f;
         }
-        float* dst = As + m * KP + cl * KK;
 #pragma unroll
         for (int ky = 0; ky < KH; ++ky)
 #pragma unroll
-            for (int kx = 0; kx < KW; ++kx) dst[ky * KW + kx] = staged<X3>(acc[ky][kx]);
+            for (int kx = 0; kx < KW; ++kx) As[swz<KP>(m, cl * KK + ky * KW + kx)] = staged<X3>(acc[ky][kx]);
     }
     if constexpr (KC8 > KC) {
         for (int idx = threadIdx.x; idx < MPAD * (KC8 - KC); idx += NT) {
             const int m = idx / KPADW, j = idx - m * KPADW;
-            As[m * KP + KC + j] = 0.0f;
+            As[swz<KP>(m, KC + j)] = 0.0f;
         }
     }
 }

@@ -31,10 +31,10 @@ OFF = "if (total_tiles < 0) "
 STAGE = "for (int i0 = 0; i0 < ST_ITER; i0 += ST_BATCH) {"
 STAGE_OFF = "for (int i0 = 0; i0 < (total_tiles < 0 ? ST_ITER : 0); i0 += ST_BATCH) {"
 DBS = "bwd_dbs<X3>(s, warp, g, t);          // phase 5"
-DBS_MAIN = "bwd_dbs<X3>(s, warp, g, t);            // phase 5"
+DBS_MAIN = "bwd_dbs<X3>(s, warp, L);               // phase 5"
 GX_STORED = "bwd_grad_x(grad_x, s.As, tile, 0);   // phase 6"
 GX_MAIN = "bwd_grad_x(grad_x, s.As, tile, ch);    // phase 6"
-DPRE = "bwd_dpre<X3>(x, w, s, tile, gval, warp, g, t);  // phase 2"
+DPRE = "bwd_dpre<X3>(x, w, s, tile, gval, warp, L);   // phase 2"
 
 STORED = {
     "full": [],
