@@ -1,4 +1,4 @@
-// kgen: fused Conv2d -> AvgPool2d -> sigmoid -> sum over [C,H,W]  (kgen_conv2d_avgpool_act_reduce_c476edc2)
+// kgen: fused Conv2d -> AvgPool2d -> sigmoid -> sum over [C,H,W]  (kgen_conv2d_avgpool_act_reduce_61d343ce)
 // Pool-first: conv followed by avg-pool is one linear map, so each pooled output is
 //   pre[n,co,ph,pw] = bias[co] + sum_k (W[co,k]/DIV) * Bs[n,ph,pw,k]   (k = ci*KH*KW + ky*KW + kx)
 // where Bs is a PKH x PKW box sum of the (zero-padded) input at the conv tap offsets.
@@ -95,7 +95,7 @@ struct Identity {
 
 #endif  // KGEN_ACTIVATION_CUH
 
-namespace kgen_conv2d_avgpool_act_reduce_c476edc2_ns {
+namespace kgen_conv2d_avgpool_act_reduce_61d343ce_ns {
 
 // ---- 3xTF32 tensor-core helpers (mma.sync m16n8k8, fp32-level accuracy) ----
 // a = hi + lo with hi = rna(a) in tf32; lo is passed raw (the tensor core ignores its low 13 bits).
@@ -235,6 +235,7 @@ constexpr bool SLIM = PR * KW <= 20;
 constexpr int F_MINB = (SLIM && NCHUNK == 1 && F_SMEM <= SMEM_2B) ? 2 : 1;  // (3 blocks/SM at <= 80 registers measured slower)
 constexpr int B_MINB = (SLIM && NCHUNK == 1 && B_SMEM <= SMEM_2B) ? 2 : 1;
 static_assert(F_SMEM == F_SMEM_PY && B_SMEM == B_SMEM_PY, "derive() and the template disagree on the smem layout");
+static_assert(KP % 16 == 8 && CP % 16 == 8, "the swizzled layout (gemm.cuh) needs row strides of 8 mod 16");
 #if KGEN_SM90
 static_assert(F_SMEM <= SMEM_MAX && B_SMEM <= SMEM_MAX, "tile does not fit shared memory");
 #else
@@ -1217,13 +1218,13 @@ static long long bwd_grid(int64_t n, const DevInfo& d, int tf32) {
     const long long tiles = (long long)n * B_TILES, wave = (long long)d.sms * d.bwd_per_sm[tf32];
     return tiles < wave ? tiles : wave;
 }
-}  // namespace kgen_conv2d_avgpool_act_reduce_c476edc2_ns
+}  // namespace kgen_conv2d_avgpool_act_reduce_61d343ce_ns
 
 // Workspace bytes the forward (backward == 0) or the backward (backward != 0) needs at batch n on the current
 // device, in TF32 mode tf32 (0: 3xTF32, 1: one TF32 pass; the launch must pass the same). Uninitialised memory is
 // fine: every float the kernels read back was written earlier in the same call.
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_c476edc2_workspace_bytes(int64_t n, int backward, int tf32, size_t* bytes) {
-    using namespace kgen_conv2d_avgpool_act_reduce_c476edc2_ns;
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_61d343ce_workspace_bytes(int64_t n, int backward, int tf32, size_t* bytes) {
+    using namespace kgen_conv2d_avgpool_act_reduce_61d343ce_ns;
     tf32 = tf32 ? 1 : 0;
     *bytes = 0;
     if (n <= 0) return cudaSuccess;
@@ -1240,9 +1241,9 @@ extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_c476edc2_workspace_bytes(i
     return cudaSuccess;
 }
 
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_c476edc2_forward(const float* x, const float* w, const float* b, float* out,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_61d343ce_forward(const float* x, const float* w, const float* b, float* out,
                                          void* workspace, int64_t n, int tf32, cudaStream_t stream) {
-    using namespace kgen_conv2d_avgpool_act_reduce_c476edc2_ns;
+    using namespace kgen_conv2d_avgpool_act_reduce_61d343ce_ns;
     if (n <= 0) return cudaSuccess;
     tf32 = tf32 ? 1 : 0;
     const DevInfo* d = nullptr;
@@ -1276,10 +1277,10 @@ extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_c476edc2_forward(const flo
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_c476edc2_backward(const float* grad_out, const float* x, const float* w, const float* b,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_61d343ce_backward(const float* grad_out, const float* x, const float* w, const float* b,
                                           float* grad_x, float* grad_w, float* grad_b, void* workspace,
                                           int64_t n, int tf32, cudaStream_t stream) {
-    using namespace kgen_conv2d_avgpool_act_reduce_c476edc2_ns;
+    using namespace kgen_conv2d_avgpool_act_reduce_61d343ce_ns;
     tf32 = tf32 ? 1 : 0;
     const int want_wb = (grad_w != nullptr || grad_b != nullptr) ? 1 : 0;
     float* part = static_cast<float*>(workspace);
