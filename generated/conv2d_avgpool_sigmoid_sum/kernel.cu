@@ -1,4 +1,4 @@
-// kgen: fused Conv2d -> AvgPool2d -> sigmoid -> sum over [C,H,W]  (kgen_conv2d_avgpool_act_reduce_61d343ce)
+// kgen: fused Conv2d -> AvgPool2d -> sigmoid -> sum over [C,H,W]  (kgen_conv2d_avgpool_act_reduce_73dc0e0d)
 // Pool-first: conv followed by avg-pool is one linear map, so each pooled output is
 //   pre[n,co,ph,pw] = bias[co] + sum_k (W[co,k]/DIV) * Bs[n,ph,pw,k]   (k = ci*KH*KW + ky*KW + kx)
 // where Bs is a PKH x PKW box sum of the (zero-padded) input at the conv tap offsets.
@@ -95,7 +95,7 @@ struct Identity {
 
 #endif  // KGEN_ACTIVATION_CUH
 
-namespace kgen_conv2d_avgpool_act_reduce_61d343ce_ns {
+namespace kgen_conv2d_avgpool_act_reduce_73dc0e0d_ns {
 
 // ---- 3xTF32 tensor-core helpers (mma.sync m16n8k8, fp32-level accuracy) ----
 // a = hi + lo with hi = rna(a) in tf32; lo is passed raw (the tensor core ignores its low 13 bits).
@@ -422,20 +422,16 @@ __device__ __forceinline__ void stage_weights(float* Ws, const float* w, int ch)
 }
 
 // As[m][cl*KK + ky*KW + kx] = box sums for positions m of a tile (row-major EW wide), channel chunk ch (staged<X3>),
-// swizzled (swz<KP>). Items (position, channel) go in blocks of 8 positions x CI_CHUNK channels, position fastest: a
-// warp's store of one tap then spans 8 rows and several channels, i.e. up to 32 banks of the swizzled As (32
-// positions of one channel hit 8).
+// swizzled (swz<KP>).
 template <int EW, int M, int MPAD, int UNR, bool X3>
 __device__ __forceinline__ void compute_as(const float* __restrict__ x, float* As, long long img, int ch,
                                            int ph_base, int pw_base) {
-    constexpr int ITEMS = CI_CHUNK * MPAD, ITER = (ITEMS + NT - 1) / NT, BLK = 8 * CI_CHUNK;
-    static_assert(MPAD % 8 == 0, "position blocks of 8");
+    constexpr int ITEMS = CI_CHUNK * MPAD, ITER = (ITEMS + NT - 1) / NT;
 #pragma unroll UNR
     for (int it = 0; it < ITER; ++it) {
         const int idx = threadIdx.x + it * NT;
         if (ITEMS % NT != 0 && idx >= ITEMS) break;
-        const int blk = idx / BLK, r = idx - blk * BLK;
-        const int cl = r >> 3, m = blk * 8 + (r & 7);
+        const int cl = idx / MPAD, m = idx - cl * MPAD;
         const int ci = ch * CI_CHUNK + cl;
         const int eh = m / EW, ew = m - eh * EW;
         const int ph = ph_base + eh, pw = pw_base + ew;
@@ -1218,13 +1214,13 @@ static long long bwd_grid(int64_t n, const DevInfo& d, int tf32) {
     const long long tiles = (long long)n * B_TILES, wave = (long long)d.sms * d.bwd_per_sm[tf32];
     return tiles < wave ? tiles : wave;
 }
-}  // namespace kgen_conv2d_avgpool_act_reduce_61d343ce_ns
+}  // namespace kgen_conv2d_avgpool_act_reduce_73dc0e0d_ns
 
 // Workspace bytes the forward (backward == 0) or the backward (backward != 0) needs at batch n on the current
 // device, in TF32 mode tf32 (0: 3xTF32, 1: one TF32 pass; the launch must pass the same). Uninitialised memory is
 // fine: every float the kernels read back was written earlier in the same call.
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_61d343ce_workspace_bytes(int64_t n, int backward, int tf32, size_t* bytes) {
-    using namespace kgen_conv2d_avgpool_act_reduce_61d343ce_ns;
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_73dc0e0d_workspace_bytes(int64_t n, int backward, int tf32, size_t* bytes) {
+    using namespace kgen_conv2d_avgpool_act_reduce_73dc0e0d_ns;
     tf32 = tf32 ? 1 : 0;
     *bytes = 0;
     if (n <= 0) return cudaSuccess;
@@ -1241,9 +1237,9 @@ extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_61d343ce_workspace_bytes(i
     return cudaSuccess;
 }
 
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_61d343ce_forward(const float* x, const float* w, const float* b, float* out,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_73dc0e0d_forward(const float* x, const float* w, const float* b, float* out,
                                          void* workspace, int64_t n, int tf32, cudaStream_t stream) {
-    using namespace kgen_conv2d_avgpool_act_reduce_61d343ce_ns;
+    using namespace kgen_conv2d_avgpool_act_reduce_73dc0e0d_ns;
     if (n <= 0) return cudaSuccess;
     tf32 = tf32 ? 1 : 0;
     const DevInfo* d = nullptr;
@@ -1277,10 +1273,10 @@ extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_61d343ce_forward(const flo
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_61d343ce_backward(const float* grad_out, const float* x, const float* w, const float* b,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_73dc0e0d_backward(const float* grad_out, const float* x, const float* w, const float* b,
                                           float* grad_x, float* grad_w, float* grad_b, void* workspace,
                                           int64_t n, int tf32, cudaStream_t stream) {
-    using namespace kgen_conv2d_avgpool_act_reduce_61d343ce_ns;
+    using namespace kgen_conv2d_avgpool_act_reduce_73dc0e0d_ns;
     tf32 = tf32 ? 1 : 0;
     const int want_wb = (grad_w != nullptr || grad_b != nullptr) ? 1 : 0;
     float* part = static_cast<float*>(workspace);

@@ -54,20 +54,16 @@ __device__ __forceinline__ void stage_weights(float* Ws, const float* w, int ch)
 }
 
 // As[m][cl*KK + ky*KW + kx] = box sums for positions m of a tile (row-major EW wide), channel chunk ch (staged<X3>),
-// swizzled (swz<KP>). Items (position, channel) go in blocks of 8 positions x CI_CHUNK channels, position fastest: a
-// warp's store of one tap then spans 8 rows and several channels, i.e. up to 32 banks of the swizzled As (32
-// positions of one channel hit 8).
+// swizzled (swz<KP>).
 template <int EW, int M, int MPAD, int UNR, bool X3>
 __device__ __forceinline__ void compute_as(const float* __restrict__ x, float* As, long long img, int ch,
                                            int ph_base, int pw_base) {
-    constexpr int ITEMS = CI_CHUNK * MPAD, ITER = (ITEMS + NT - 1) / NT, BLK = 8 * CI_CHUNK;
-    static_assert(MPAD % 8 == 0, "position blocks of 8");
+    constexpr int ITEMS = CI_CHUNK * MPAD, ITER = (ITEMS + NT - 1) / NT;
 #pragma unroll UNR
     for (int it = 0; it < ITER; ++it) {
         const int idx = threadIdx.x + it * NT;
         if (ITEMS % NT != 0 && idx >= ITEMS) break;
-        const int blk = idx / BLK, r = idx - blk * BLK;
-        const int cl = r >> 3, m = blk * 8 + (r & 7);
+        const int cl = idx / MPAD, m = idx - cl * MPAD;
         const int ci = ch * CI_CHUNK + cl;
         const int eh = m / EW, ew = m - eh * EW;
         const int ph = ph_base + eh, pw = pw_base + ew;
