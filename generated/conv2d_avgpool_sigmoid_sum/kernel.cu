@@ -1,4 +1,4 @@
-// kgen: fused Conv2d -> AvgPool2d -> sigmoid -> sum over [C,H,W]  (kgen_conv2d_avgpool_act_reduce_73dc0e0d)
+// kgen: fused Conv2d -> AvgPool2d -> sigmoid -> sum over [C,H,W]  (kgen_conv2d_avgpool_act_reduce_ada42a16)
 // Pool-first: conv followed by avg-pool is one linear map, so each pooled output is
 //   pre[n,co,ph,pw] = bias[co] + sum_k (W[co,k]/DIV) * Bs[n,ph,pw,k]   (k = ci*KH*KW + ky*KW + kx)
 // where Bs is a PKH x PKW box sum of the (zero-padded) input at the conv tap offsets.
@@ -95,7 +95,7 @@ struct Identity {
 
 #endif  // KGEN_ACTIVATION_CUH
 
-namespace kgen_conv2d_avgpool_act_reduce_73dc0e0d_ns {
+namespace kgen_conv2d_avgpool_act_reduce_ada42a16_ns {
 
 // ---- 3xTF32 tensor-core helpers (mma.sync m16n8k8, fp32-level accuracy) ----
 // a = hi + lo with hi = rna(a) in tf32; lo is passed raw (the tensor core ignores its low 13 bits).
@@ -283,7 +283,7 @@ __device__ __forceinline__ void zero(float (&c)[A][B][C]) {
 // a fragment row is bit 2 of g (or 0 for rows t, 1 for rows t + 4).
 template <int S>
 __device__ __forceinline__ int swz(int row, int col) { return row * S + (col ^ (row & 4)); }
-// This lane's offsets, computed once per kernel: KCOL is its column t on rows g (t ^ (g & 4)), and DCOL the step from
+// This lane's offsets, computed once per kernel: kcol is its column t on rows g (t ^ (g & 4)), and dcol the step from
 // its element in column c to the one in column c ^ 4 of the same row block, (g & 4) ? -4 : 4: the second column of an
 // 8 x 4 fragment (rows g), or, in a 4 x 8 fragment (rows t, columns g), the column of row t + 4.
 struct Lane { int g, t, kcol, dcol; };
@@ -299,8 +299,8 @@ __device__ __forceinline__ void frag_elem(float v, uint32_t& hi, uint32_t& lo) {
     else kg_split(v, hi, lo);
 }
 // A (16 x 8): the lane holds rows g, g+8 of columns t, t+4: p[0] (row g, column t), p[8 * RS] (row g+8), p[o4]
-// (column t+4), p[8 * RS + o4]. On the swizzled layout: rows g at row stride RS with o4 = DCOL (p at column KCOL), or
-// transposed (rows of the fragment along a stored row, RS = 1) with o4 = 4 * S + DCOL.
+// (column t+4), p[8 * RS + o4]. On the swizzled layout: rows g at row stride RS with o4 = dcol (p at column kcol), or
+// transposed (rows of the fragment along a stored row, RS = 1) with o4 = 4 * S + dcol.
 template <int RS, bool RAW = false>
 __device__ __forceinline__ void load_a(KgAFrag& a, const float* p, int o4) {
     frag_elem<RAW>(p[0], a.h[0], a.l[0]);
@@ -316,8 +316,8 @@ __device__ __forceinline__ void load_a(KgAFrag& a, const float* p, int o4, float
     kg_split(p[o4] * s1, a.h[2], a.l[2]);
     kg_split(p[8 * RS + o4] * s1, a.h[3], a.l[3]);
 }
-// B (8 x 8, k x n): the lane holds rows t, t+4 of column g: p[0] and p[o4] (o4 as load_a's: DCOL where k runs along
-// a stored row, 4 * S + DCOL where it runs down the rows)
+// B (8 x 8, k x n): the lane holds rows t, t+4 of column g: p[0] and p[o4] (o4 as load_a's: dcol where k runs along
+// a stored row, 4 * S + dcol where it runs down the rows)
 template <bool RAW = false>
 __device__ __forceinline__ void load_b(KgBFrag& b, const float* p, int o4) {
     frag_elem<RAW>(p[0], b.h[0], b.l[0]);
@@ -1214,13 +1214,13 @@ static long long bwd_grid(int64_t n, const DevInfo& d, int tf32) {
     const long long tiles = (long long)n * B_TILES, wave = (long long)d.sms * d.bwd_per_sm[tf32];
     return tiles < wave ? tiles : wave;
 }
-}  // namespace kgen_conv2d_avgpool_act_reduce_73dc0e0d_ns
+}  // namespace kgen_conv2d_avgpool_act_reduce_ada42a16_ns
 
 // Workspace bytes the forward (backward == 0) or the backward (backward != 0) needs at batch n on the current
 // device, in TF32 mode tf32 (0: 3xTF32, 1: one TF32 pass; the launch must pass the same). Uninitialised memory is
 // fine: every float the kernels read back was written earlier in the same call.
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_73dc0e0d_workspace_bytes(int64_t n, int backward, int tf32, size_t* bytes) {
-    using namespace kgen_conv2d_avgpool_act_reduce_73dc0e0d_ns;
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_ada42a16_workspace_bytes(int64_t n, int backward, int tf32, size_t* bytes) {
+    using namespace kgen_conv2d_avgpool_act_reduce_ada42a16_ns;
     tf32 = tf32 ? 1 : 0;
     *bytes = 0;
     if (n <= 0) return cudaSuccess;
@@ -1237,9 +1237,9 @@ extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_73dc0e0d_workspace_bytes(i
     return cudaSuccess;
 }
 
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_73dc0e0d_forward(const float* x, const float* w, const float* b, float* out,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_ada42a16_forward(const float* x, const float* w, const float* b, float* out,
                                          void* workspace, int64_t n, int tf32, cudaStream_t stream) {
-    using namespace kgen_conv2d_avgpool_act_reduce_73dc0e0d_ns;
+    using namespace kgen_conv2d_avgpool_act_reduce_ada42a16_ns;
     if (n <= 0) return cudaSuccess;
     tf32 = tf32 ? 1 : 0;
     const DevInfo* d = nullptr;
@@ -1273,10 +1273,10 @@ extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_73dc0e0d_forward(const flo
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_73dc0e0d_backward(const float* grad_out, const float* x, const float* w, const float* b,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_ada42a16_backward(const float* grad_out, const float* x, const float* w, const float* b,
                                           float* grad_x, float* grad_w, float* grad_b, void* workspace,
                                           int64_t n, int tf32, cudaStream_t stream) {
-    using namespace kgen_conv2d_avgpool_act_reduce_73dc0e0d_ns;
+    using namespace kgen_conv2d_avgpool_act_reduce_ada42a16_ns;
     tf32 = tf32 ? 1 : 0;
     const int want_wb = (grad_w != nullptr || grad_b != nullptr) ? 1 : 0;
     float* part = static_cast<float*>(workspace);

@@ -28,7 +28,7 @@ __device__ __forceinline__ void zero(float (&c)[A][B][C]) {
 // a fragment row is bit 2 of g (or 0 for rows t, 1 for rows t + 4).
 template <int S>
 __device__ __forceinline__ int swz(int row, int col) { return row * S + (col ^ (row & 4)); }
-// This lane's offsets, computed once per kernel: KCOL is its column t on rows g (t ^ (g & 4)), and DCOL the step from
+// This lane's offsets, computed once per kernel: kcol is its column t on rows g (t ^ (g & 4)), and dcol the step from
 // its element in column c to the one in column c ^ 4 of the same row block, (g & 4) ? -4 : 4: the second column of an
 // 8 x 4 fragment (rows g), or, in a 4 x 8 fragment (rows t, columns g), the column of row t + 4.
 struct Lane { int g, t, kcol, dcol; };
@@ -44,8 +44,8 @@ __device__ __forceinline__ void frag_elem(float v, uint32_t& hi, uint32_t& lo) {
     else kg_split(v, hi, lo);
 }
 // A (16 x 8): the lane holds rows g, g+8 of columns t, t+4: p[0] (row g, column t), p[8 * RS] (row g+8), p[o4]
-// (column t+4), p[8 * RS + o4]. On the swizzled layout: rows g at row stride RS with o4 = DCOL (p at column KCOL), or
-// transposed (rows of the fragment along a stored row, RS = 1) with o4 = 4 * S + DCOL.
+// (column t+4), p[8 * RS + o4]. On the swizzled layout: rows g at row stride RS with o4 = dcol (p at column kcol), or
+// transposed (rows of the fragment along a stored row, RS = 1) with o4 = 4 * S + dcol.
 template <int RS, bool RAW = false>
 __device__ __forceinline__ void load_a(KgAFrag& a, const float* p, int o4) {
     frag_elem<RAW>(p[0], a.h[0], a.l[0]);
@@ -61,8 +61,8 @@ __device__ __forceinline__ void load_a(KgAFrag& a, const float* p, int o4, float
     kg_split(p[o4] * s1, a.h[2], a.l[2]);
     kg_split(p[8 * RS + o4] * s1, a.h[3], a.l[3]);
 }
-// B (8 x 8, k x n): the lane holds rows t, t+4 of column g: p[0] and p[o4] (o4 as load_a's: DCOL where k runs along
-// a stored row, 4 * S + DCOL where it runs down the rows)
+// B (8 x 8, k x n): the lane holds rows t, t+4 of column g: p[0] and p[o4] (o4 as load_a's: dcol where k runs along
+// a stored row, 4 * S + dcol where it runs down the rows)
 template <bool RAW = false>
 __device__ __forceinline__ void load_b(KgBFrag& b, const float* p, int o4) {
     frag_elem<RAW>(p[0], b.h[0], b.l[0]);
