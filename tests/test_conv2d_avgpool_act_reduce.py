@@ -1,5 +1,6 @@
 """conv2d_avgpool_act_reduce family: pattern matching and spec (CPU); fused kernels against PyTorch (GPU)."""
 
+import copy
 import re
 
 import pytest
@@ -26,6 +27,9 @@ CONFIGS = [
     ((2, 8, 64, 64), dict(in_channels=8, out_channels=64, kernel_size=3), dict(kernel_size=4), "tanh", "sum", {}),
     ((1, 2, 13, 11), dict(in_channels=2, out_channels=7, kernel_size=3), dict(kernel_size=3, stride=2), "sigmoid", "sum", {}),
     ((2, 16, 20, 20), dict(in_channels=16, out_channels=32, kernel_size=5), dict(kernel_size=2), "sigmoid", "sum", dict(dims=(3, 1, -2))),
+    # 17 K chunks of 7x5 taps x 33 channels: grad_w once missed float64 by 3.7e-4 here (tests/dev/g1_chain_sim.py)
+    ((3, 33, 30, 81), dict(in_channels=33, out_channels=16, kernel_size=(7, 5), padding=(4, 2)),
+     dict(kernel_size=(1, 2), stride=(1, 3)), "gelu_tanh", "sum", {}),
 ]
 
 
@@ -235,6 +239,14 @@ def check(cfg_source, batch=None, seed=0):
     torch.testing.assert_close(x.grad, xr.grad, atol=1e-4, rtol=1e-4)
     for (name, p), (_, pr) in zip(new.named_parameters(), model.named_parameters()):
         torch.testing.assert_close(p.grad, pr.grad, atol=1e-4, rtol=1e-4, msg=lambda m: f"{name}: {m}")
+    model64 = copy.deepcopy(model).double()
+    for p64 in model64.parameters():
+        p64.grad = None
+    x64 = x.detach().double().requires_grad_(True)
+    model64(x64).backward(g.double())
+    torch.testing.assert_close(x.grad.double(), x64.grad, atol=1e-4, rtol=1e-4, msg=lambda m: f"grad_x vs float64: {m}")
+    for (name, p), (_, p64) in zip(new.named_parameters(), model64.named_parameters()):
+        torch.testing.assert_close(p.grad.double(), p64.grad, atol=1e-4, rtol=1e-4, msg=lambda m: f"{name} vs float64: {m}")
     again = new(x)
     assert torch.equal(again, out), "forward is not bit-identical across runs"
     grads = [t.grad.clone() for t in [x, *new.parameters()]]

@@ -1,4 +1,4 @@
-// kgen: fused Conv2d -> AvgPool2d -> sigmoid -> sum over [C,H,W]  (kgen_conv2d_avgpool_act_reduce_ada42a16)
+// kgen: fused Conv2d -> AvgPool2d -> sigmoid -> sum over [C,H,W]  (kgen_conv2d_avgpool_act_reduce_cf02a1e1)
 // Pool-first: conv followed by avg-pool is one linear map, so each pooled output is
 //   pre[n,co,ph,pw] = bias[co] + sum_k (W[co,k]/DIV) * Bs[n,ph,pw,k]   (k = ci*KH*KW + ky*KW + kx)
 // where Bs is a PKH x PKW box sum of the (zero-padded) input at the conv tap offsets.
@@ -95,7 +95,7 @@ struct Identity {
 
 #endif  // KGEN_ACTIVATION_CUH
 
-namespace kgen_conv2d_avgpool_act_reduce_ada42a16_ns {
+namespace kgen_conv2d_avgpool_act_reduce_cf02a1e1_ns {
 
 // ---- 3xTF32 tensor-core helpers (mma.sync m16n8k8, fp32-level accuracy) ----
 // a = hi + lo with hi = rna(a) in tf32; lo is passed raw (the tensor core ignores its low 13 bits).
@@ -273,6 +273,19 @@ __device__ __forceinline__ void zero(float (&c)[A][B][C]) {
         for (int j = 0; j < B; ++j)
 #pragma unroll
             for (int r = 0; r < C; ++r) c[i][j][r] = 0.0f;
+}
+// sum = (first ? 0 : sum) + c, then c = 0 (every element; fully unrolled)
+template <int A, int B, int C>
+__device__ __forceinline__ void add_and_zero(float (&sum)[A][B][C], float (&c)[A][B][C], bool first) {
+#pragma unroll
+    for (int i = 0; i < A; ++i)
+#pragma unroll
+        for (int j = 0; j < B; ++j)
+#pragma unroll
+            for (int r = 0; r < C; ++r) {
+                sum[i][j][r] = first ? c[i][j][r] : sum[i][j][r] + c[i][j][r];
+                c[i][j][r] = 0.0f;
+            }
 }
 
 // ---- the swizzled operand layout and m16n8k8 fragments from it (lane = 4*g + t) ----
@@ -603,14 +616,18 @@ fwd_kernel(const float* __restrict__ x, const float* __restrict__ w, const float
         const int th = tile / F_TW, tw = tile - th * F_TW;
         const int ph0 = th * TPH, pw0 = tw * TPW;
         for (int cc = 0; cc < NCO_CH; ++cc) {
-            float acc[F_MTW][NT8][4];
+            // With K chunks each chunk's mma chain restarts from zero and is added into pre in float32: one chain over
+            // every chunk rounds each mma's sum toward zero hundreds of times (the backward's g1_flush, the same reason).
+            float acc[F_MTW][NT8][4], pre[F_MTW][NT8][4];
             zero(acc);
             for (int ch = 0; ch < NCHUNK; ++ch) {
                 if (NCHUNK > 1 || cc == 0)
                     stage_chunk<F_EW, F_M, F_MPAD, 1, FWD_WFRAG, X3>(x, w, Ws, As, img, ch, ph0, pw0);
                 gemm1<F_MT, F_MTW, FWD_WFRAG, X3>(As, Ws, cc * COCH, warp, L, acc);
+                if constexpr (NCHUNK > 1) add_and_zero(pre, acc, ch == 0);
             }
-            tsum = fwd_act_sum(tsum, acc, bias_s, cc, ph0, pw0, warp, L.g, L.t);
+            if constexpr (NCHUNK > 1) tsum = fwd_act_sum(tsum, pre, bias_s, cc, ph0, pw0, warp, L.g, L.t);
+            else tsum = fwd_act_sum(tsum, acc, bias_s, cc, ph0, pw0, warp, L.g, L.t);
         }
     }
     // block sum in a fixed order: warp shuffles, then the NW warp sums by thread 0
@@ -686,7 +703,29 @@ __device__ __forceinline__ void bwd_mark_core(float* mask, const BwdTile& tile) 
 // pooled output and at padding channels; pre = As * (W/DIV)^T + bias * BSCALE, recomputed from the box sums.
 // Stages each K chunk (barrier, W and box sums, barrier) before its first use.
 // Without K chunks, one m-tile per sweep (NT8 x 4 accumulators live, not B_MTW x NT8 x 4: the pair spills
-// at 128 registers on some shapes); with K chunks the accumulators must outlive each chunk's box sums.
+// at 128 registers on some shapes); with K chunks the accumulators must outlive each chunk's box sums, and each chunk's
+// sums are added into Dp (this thread's own elements, in float32) and the accumulators restarted: one mma chain over
+// every chunk (17 chunks x 27 mma on a 7x5 kernel over 33 channels) left pre, and so grad_w through dpre, about 15x
+// further from float64 than eager (sweep seed 4901; tests/dev/cases/sweep4901_k7x5_pool1x2s3_gelu_tanh.py).
+template <int MTW>
+__device__ __forceinline__ void g1_flush(float* Dp, float (&acc)[MTW][NT8][4], int cc, int mt0, const Lane& L,
+                                         bool first) {
+#pragma unroll
+    for (int i = 0; i < MTW; ++i) {
+        const int mt = mt0 + NW * i;
+        if (mt >= B_MT) continue;
+#pragma unroll
+        for (int j = 0; j < NT8; ++j)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                float2* p = reinterpret_cast<float2*>(Dp + swz<CP>(mt * 16 + L.g + 8 * h, cc * COCH + j * 8 + 2 * L.t));
+                const float2 v = first ? make_float2(0.0f, 0.0f) : *p;
+                *p = make_float2(v.x + acc[i][j][2 * h], v.y + acc[i][j][2 * h + 1]);
+                acc[i][j][2 * h] = acc[i][j][2 * h + 1] = 0.0f;
+            }
+    }
+}
+
 template <bool X3>
 __device__ __forceinline__ void bwd_dpre(const float* x, const float* w, const BwdSmem& s, const BwdTile& tile,
                                          float gval, int warp, const Lane& L) {
@@ -701,6 +740,7 @@ __device__ __forceinline__ void bwd_dpre(const float* x, const float* w, const B
                     stage_chunk<B_EW, B_M, B_MPAD, BSU, false, X3>(x, w, s.Ws, s.As, tile.img, ch, tile.ph_base,
                                                                    tile.pw_base);
                 gemm1<B_MT, G1_MTW, false, X3>(s.As, s.Ws, cc * COCH, warp + NW * sweep, L, acc);
+                if (NCHUNK > 1 && ch + 1 < NCHUNK) g1_flush(s.Dp, acc, cc, warp + NW * sweep, L, ch == 0);
             }
 #pragma unroll
             for (int i = 0; i < G1_MTW; ++i) {
@@ -719,14 +759,21 @@ __device__ __forceinline__ void bwd_dpre(const float* x, const float* w, const B
 #pragma unroll
                     for (int h = 0; h < 2; ++h) {   // rows g + 8h: channels co0, co0 + 1 as one float2
                         const int m = mt * 16 + L.g + 8 * h, co0 = cc * COCH + j * 8 + 2 * L.t;
+                        float2* p = reinterpret_cast<float2*>(s.Dp + swz<CP>(m, co0));
+                        float pre[2] = {acc[i][j][2 * h], acc[i][j][2 * h + 1]};
+                        if constexpr (NCHUNK > 1) {   // plus the earlier chunks' sums
+                            const float2 fl = *p;
+                            pre[0] += fl.x;
+                            pre[1] += fl.y;
+                        }
                         float d[2];
 #pragma unroll
                         for (int e = 0; e < 2; ++e) {
                             const int co = co0 + e;
-                            const float v = gval * Act::grad(acc[i][j][2 * h + e] + s.bias_s[co]);
+                            const float v = gval * Act::grad(pre[e] + s.bias_s[co]);
                             d[e] = (rv[h] && (CO == CO_ALL || co < CO)) ? v : 0.0f;
                         }
-                        *reinterpret_cast<float2*>(s.Dp + swz<CP>(m, co0)) = make_float2(d[0], d[1]);
+                        *p = make_float2(d[0], d[1]);
                     }
             }
         }
@@ -1214,13 +1261,13 @@ static long long bwd_grid(int64_t n, const DevInfo& d, int tf32) {
     const long long tiles = (long long)n * B_TILES, wave = (long long)d.sms * d.bwd_per_sm[tf32];
     return tiles < wave ? tiles : wave;
 }
-}  // namespace kgen_conv2d_avgpool_act_reduce_ada42a16_ns
+}  // namespace kgen_conv2d_avgpool_act_reduce_cf02a1e1_ns
 
 // Workspace bytes the forward (backward == 0) or the backward (backward != 0) needs at batch n on the current
 // device, in TF32 mode tf32 (0: 3xTF32, 1: one TF32 pass; the launch must pass the same). Uninitialised memory is
 // fine: every float the kernels read back was written earlier in the same call.
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_ada42a16_workspace_bytes(int64_t n, int backward, int tf32, size_t* bytes) {
-    using namespace kgen_conv2d_avgpool_act_reduce_ada42a16_ns;
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_cf02a1e1_workspace_bytes(int64_t n, int backward, int tf32, size_t* bytes) {
+    using namespace kgen_conv2d_avgpool_act_reduce_cf02a1e1_ns;
     tf32 = tf32 ? 1 : 0;
     *bytes = 0;
     if (n <= 0) return cudaSuccess;
@@ -1237,9 +1284,9 @@ extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_ada42a16_workspace_bytes(i
     return cudaSuccess;
 }
 
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_ada42a16_forward(const float* x, const float* w, const float* b, float* out,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_cf02a1e1_forward(const float* x, const float* w, const float* b, float* out,
                                          void* workspace, int64_t n, int tf32, cudaStream_t stream) {
-    using namespace kgen_conv2d_avgpool_act_reduce_ada42a16_ns;
+    using namespace kgen_conv2d_avgpool_act_reduce_cf02a1e1_ns;
     if (n <= 0) return cudaSuccess;
     tf32 = tf32 ? 1 : 0;
     const DevInfo* d = nullptr;
@@ -1273,10 +1320,10 @@ extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_ada42a16_forward(const flo
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_ada42a16_backward(const float* grad_out, const float* x, const float* w, const float* b,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_cf02a1e1_backward(const float* grad_out, const float* x, const float* w, const float* b,
                                           float* grad_x, float* grad_w, float* grad_b, void* workspace,
                                           int64_t n, int tf32, cudaStream_t stream) {
-    using namespace kgen_conv2d_avgpool_act_reduce_ada42a16_ns;
+    using namespace kgen_conv2d_avgpool_act_reduce_cf02a1e1_ns;
     tf32 = tf32 ? 1 : 0;
     const int want_wb = (grad_w != nullptr || grad_b != nullptr) ? 1 : 0;
     float* part = static_cast<float*>(workspace);

@@ -55,14 +55,18 @@ fwd_kernel(const float* __restrict__ x, const float* __restrict__ w, const float
         const int th = tile / F_TW, tw = tile - th * F_TW;
         const int ph0 = th * TPH, pw0 = tw * TPW;
         for (int cc = 0; cc < NCO_CH; ++cc) {
-            float acc[F_MTW][NT8][4];
+            // With K chunks each chunk's mma chain restarts from zero and is added into pre in float32: one chain over
+            // every chunk rounds each mma's sum toward zero hundreds of times (the backward's g1_flush, the same reason).
+            float acc[F_MTW][NT8][4], pre[F_MTW][NT8][4];
             zero(acc);
             for (int ch = 0; ch < NCHUNK; ++ch) {
                 if (NCHUNK > 1 || cc == 0)
                     stage_chunk<F_EW, F_M, F_MPAD, 1, FWD_WFRAG, X3>(x, w, Ws, As, img, ch, ph0, pw0);
                 gemm1<F_MT, F_MTW, FWD_WFRAG, X3>(As, Ws, cc * COCH, warp, L, acc);
+                if constexpr (NCHUNK > 1) add_and_zero(pre, acc, ch == 0);
             }
-            tsum = fwd_act_sum(tsum, acc, bias_s, cc, ph0, pw0, warp, L.g, L.t);
+            if constexpr (NCHUNK > 1) tsum = fwd_act_sum(tsum, pre, bias_s, cc, ph0, pw0, warp, L.g, L.t);
+            else tsum = fwd_act_sum(tsum, acc, bias_s, cc, ph0, pw0, warp, L.g, L.t);
         }
     }
     // block sum in a fixed order: warp shuffles, then the NW warp sums by thread 0

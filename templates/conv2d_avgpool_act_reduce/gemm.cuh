@@ -19,6 +19,19 @@ __device__ __forceinline__ void zero(float (&c)[A][B][C]) {
 #pragma unroll
             for (int r = 0; r < C; ++r) c[i][j][r] = 0.0f;
 }
+// sum = (first ? 0 : sum) + c, then c = 0 (every element; fully unrolled)
+template <int A, int B, int C>
+__device__ __forceinline__ void add_and_zero(float (&sum)[A][B][C], float (&c)[A][B][C], bool first) {
+#pragma unroll
+    for (int i = 0; i < A; ++i)
+#pragma unroll
+        for (int j = 0; j < B; ++j)
+#pragma unroll
+            for (int r = 0; r < C; ++r) {
+                sum[i][j][r] = first ? c[i][j][r] : sum[i][j][r] + c[i][j][r];
+                c[i][j][r] = 0.0f;
+            }
+}
 
 // ---- the swizzled operand layout and m16n8k8 fragments from it (lane = 4*g + t) ----
 // As, Ws and Dp hold element (row, col) at row * S + (col ^ (row & 4)) with a row stride S = 8 mod 16 (KP, CP): bit 2

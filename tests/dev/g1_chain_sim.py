@@ -1,10 +1,11 @@
 """CPU simulation of the bundled family's GEMM1 accumulation on a many-chunk shape (a development harness, no GPU):
-why tests/dev/cases/sweep4901_k7x5_pool1x2s3_gelu_tanh.py misses float64 on grad_w with TF32 off, and whether
-tests/dev/edits/bundled_g1_flush.patch (each K chunk's sums added into Dp in float32) closes it.
+why tests/dev/cases/sweep4901_k7x5_pool1x2s3_gelu_tanh.py missed float64 on grad_w with TF32 off, and whether
+adding each K chunk's sums into Dp in float32 (g1_flush in templates/conv2d_avgpool_act_reduce/backward.cuh, shipped
+in the fiftieth session; the forward's pre in registers likewise) closes it.
 
 pre = box sums x (W/DIV)^T in 3xTF32 (operands split into TF32 hi + lo, lo*lo dropped), each m16n8k8 mma's 8 products
 added to its accumulator and rounded to float32 toward zero (a model of the tensor cores' accumulation, not
-round-to-nearest), over all 17 chunks of 70 k (one chain) or restarted per chunk and added in float32 (the patch).
+round-to-nearest), over all 17 chunks of 70 k (one chain) or restarted per chunk and added in float32 (the fix).
 grad_w from each pre, through the tanh gelu's derivative, is compared with the one from float64's pre at 1e-4.
 
 Usage: python tests/dev/g1_chain_sim.py   (about a minute on two cores)"""
@@ -65,8 +66,8 @@ def main() -> None:
     exact = (bs @ wd.T).numpy()
     ref = grad_w(exact)
     A, B = bs.numpy().astype(np.float32).astype(np.float64), wd.numpy().astype(np.float32).astype(np.float64)
-    for label, pre in (("one chain, toward zero (main)", gemm1(A, B, False)),
-                       ("flushed per chunk, toward zero (the patch)", gemm1(A, B, True)),
+    for label, pre in (("one chain, toward zero (before the fix)", gemm1(A, B, False)),
+                       ("flushed per chunk, toward zero (shipped)", gemm1(A, B, True)),
                        ("one chain, to nearest", gemm1(A, B, False, False))):
         e = (grad_w(pre) - ref).abs()
         print(f"{label}: pre {np.abs(pre - exact).max():.2e}, grad_w {e.max():.2e} from float64, "
