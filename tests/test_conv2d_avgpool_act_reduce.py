@@ -228,10 +228,10 @@ def check(cfg_source, batch=None, seed=0):
     poison_cuda_allocator(4 * x.numel() + 4096)
     out = new(x)
     torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4)
-    with torch.no_grad():
-        out64 = model.double()(x.detach().double())
-        model.float()
-    rel = ((out.double() - out64).norm() / out64.norm().clamp_min(1e-30)).item()
+    model64 = copy.deepcopy(model).double()   # the float64 reference, forward and gradients
+    x64 = x.detach().double().requires_grad_(True)
+    out64 = model64(x64)
+    rel = ((out.double() - out64.detach()).norm() / out64.detach().norm().clamp_min(1e-30)).item()
     g = torch.randn_like(ref)
     ref.backward(g)
     poison_cuda_allocator(4 * x.numel() + 4096)
@@ -239,11 +239,7 @@ def check(cfg_source, batch=None, seed=0):
     torch.testing.assert_close(x.grad, xr.grad, atol=1e-4, rtol=1e-4)
     for (name, p), (_, pr) in zip(new.named_parameters(), model.named_parameters()):
         torch.testing.assert_close(p.grad, pr.grad, atol=1e-4, rtol=1e-4, msg=lambda m: f"{name}: {m}")
-    model64 = copy.deepcopy(model).double()
-    for p64 in model64.parameters():
-        p64.grad = None
-    x64 = x.detach().double().requires_grad_(True)
-    model64(x64).backward(g.double())
+    out64.backward(g.double())
     torch.testing.assert_close(x.grad.double(), x64.grad, atol=1e-4, rtol=1e-4, msg=lambda m: f"grad_x vs float64: {m}")
     for (name, p), (_, p64) in zip(new.named_parameters(), model64.named_parameters()):
         torch.testing.assert_close(p.grad.double(), p64.grad, atol=1e-4, rtol=1e-4, msg=lambda m: f"{name} vs float64: {m}")

@@ -1,4 +1,4 @@
-// kgen: fused Conv2d -> AvgPool2d -> sigmoid -> sum over [C,H,W]  (kgen_conv2d_avgpool_act_reduce_cf02a1e1)
+// kgen: fused Conv2d -> AvgPool2d -> sigmoid -> sum over [C,H,W]  (kgen_conv2d_avgpool_act_reduce_9cfd0b30)
 // Pool-first: conv followed by avg-pool is one linear map, so each pooled output is
 //   pre[n,co,ph,pw] = bias[co] + sum_k (W[co,k]/DIV) * Bs[n,ph,pw,k]   (k = ci*KH*KW + ky*KW + kx)
 // where Bs is a PKH x PKW box sum of the (zero-padded) input at the conv tap offsets.
@@ -95,7 +95,7 @@ struct Identity {
 
 #endif  // KGEN_ACTIVATION_CUH
 
-namespace kgen_conv2d_avgpool_act_reduce_cf02a1e1_ns {
+namespace kgen_conv2d_avgpool_act_reduce_9cfd0b30_ns {
 
 // ---- 3xTF32 tensor-core helpers (mma.sync m16n8k8, fp32-level accuracy) ----
 // a = hi + lo with hi = rna(a) in tf32; lo is passed raw (the tensor core ignores its low 13 bits).
@@ -707,6 +707,11 @@ __device__ __forceinline__ void bwd_mark_core(float* mask, const BwdTile& tile) 
 // sums are added into Dp (this thread's own elements, in float32) and the accumulators restarted: one mma chain over
 // every chunk (17 chunks x 27 mma on a 7x5 kernel over 33 channels) left pre, and so grad_w through dpre, about 15x
 // further from float64 than eager (sweep seed 4901; tests/dev/cases/sweep4901_k7x5_pool1x2s3_gelu_tanh.py).
+// this lane's elements acc[.][j][2h], acc[.][j][2h + 1] of m-tile mt in Dp (row mt * 16 + g + 8h, channels co0 and
+// co0 + 1 of channel pass cc), as one float2
+__device__ __forceinline__ float2* dp_pair(float* Dp, int mt, int cc, int j, int h, const Lane& L) {
+    return reinterpret_cast<float2*>(Dp + swz<CP>(mt * 16 + L.g + 8 * h, cc * COCH + j * 8 + 2 * L.t));
+}
 template <int MTW>
 __device__ __forceinline__ void g1_flush(float* Dp, float (&acc)[MTW][NT8][4], int cc, int mt0, const Lane& L,
                                          bool first) {
@@ -718,7 +723,7 @@ __device__ __forceinline__ void g1_flush(float* Dp, float (&acc)[MTW][NT8][4], i
         for (int j = 0; j < NT8; ++j)
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                float2* p = reinterpret_cast<float2*>(Dp + swz<CP>(mt * 16 + L.g + 8 * h, cc * COCH + j * 8 + 2 * L.t));
+                float2* p = dp_pair(Dp, mt, cc, j, h, L);
                 const float2 v = first ? make_float2(0.0f, 0.0f) : *p;
                 *p = make_float2(v.x + acc[i][j][2 * h], v.y + acc[i][j][2 * h + 1]);
                 acc[i][j][2 * h] = acc[i][j][2 * h + 1] = 0.0f;
@@ -758,8 +763,8 @@ __device__ __forceinline__ void bwd_dpre(const float* x, const float* w, const B
                 for (int j = 0; j < NT8; ++j)
 #pragma unroll
                     for (int h = 0; h < 2; ++h) {   // rows g + 8h: channels co0, co0 + 1 as one float2
-                        const int m = mt * 16 + L.g + 8 * h, co0 = cc * COCH + j * 8 + 2 * L.t;
-                        float2* p = reinterpret_cast<float2*>(s.Dp + swz<CP>(m, co0));
+                        const int co0 = cc * COCH + j * 8 + 2 * L.t;
+                        float2* p = dp_pair(s.Dp, mt, cc, j, h, L);
                         float pre[2] = {acc[i][j][2 * h], acc[i][j][2 * h + 1]};
                         if constexpr (NCHUNK > 1) {   // plus the earlier chunks' sums
                             const float2 fl = *p;
@@ -1261,13 +1266,13 @@ static long long bwd_grid(int64_t n, const DevInfo& d, int tf32) {
     const long long tiles = (long long)n * B_TILES, wave = (long long)d.sms * d.bwd_per_sm[tf32];
     return tiles < wave ? tiles : wave;
 }
-}  // namespace kgen_conv2d_avgpool_act_reduce_cf02a1e1_ns
+}  // namespace kgen_conv2d_avgpool_act_reduce_9cfd0b30_ns
 
 // Workspace bytes the forward (backward == 0) or the backward (backward != 0) needs at batch n on the current
 // device, in TF32 mode tf32 (0: 3xTF32, 1: one TF32 pass; the launch must pass the same). Uninitialised memory is
 // fine: every float the kernels read back was written earlier in the same call.
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_cf02a1e1_workspace_bytes(int64_t n, int backward, int tf32, size_t* bytes) {
-    using namespace kgen_conv2d_avgpool_act_reduce_cf02a1e1_ns;
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_9cfd0b30_workspace_bytes(int64_t n, int backward, int tf32, size_t* bytes) {
+    using namespace kgen_conv2d_avgpool_act_reduce_9cfd0b30_ns;
     tf32 = tf32 ? 1 : 0;
     *bytes = 0;
     if (n <= 0) return cudaSuccess;
@@ -1284,9 +1289,9 @@ extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_cf02a1e1_workspace_bytes(i
     return cudaSuccess;
 }
 
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_cf02a1e1_forward(const float* x, const float* w, const float* b, float* out,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_9cfd0b30_forward(const float* x, const float* w, const float* b, float* out,
                                          void* workspace, int64_t n, int tf32, cudaStream_t stream) {
-    using namespace kgen_conv2d_avgpool_act_reduce_cf02a1e1_ns;
+    using namespace kgen_conv2d_avgpool_act_reduce_9cfd0b30_ns;
     if (n <= 0) return cudaSuccess;
     tf32 = tf32 ? 1 : 0;
     const DevInfo* d = nullptr;
@@ -1320,10 +1325,10 @@ extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_cf02a1e1_forward(const flo
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_cf02a1e1_backward(const float* grad_out, const float* x, const float* w, const float* b,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_9cfd0b30_backward(const float* grad_out, const float* x, const float* w, const float* b,
                                           float* grad_x, float* grad_w, float* grad_b, void* workspace,
                                           int64_t n, int tf32, cudaStream_t stream) {
-    using namespace kgen_conv2d_avgpool_act_reduce_cf02a1e1_ns;
+    using namespace kgen_conv2d_avgpool_act_reduce_9cfd0b30_ns;
     tf32 = tf32 ? 1 : 0;
     const int want_wb = (grad_w != nullptr || grad_b != nullptr) ? 1 : 0;
     float* part = static_cast<float*>(workspace);

@@ -2,7 +2,7 @@
 
 Do not edit: regenerate with `kgen generate kgen/problems/conv2d_avgpool_sigmoid_sum.py` (a hand edit makes kgen refuse to overwrite
 this file without --force).
-kgen-checksum: a11f4f147b1db9faeb4978e5d6d334d1f63a5ba5e1af8aab2b1d13d76ae0cb26
+kgen-checksum: 4952240eb9692a34aa41b552ea96b9044bc332d2506ad4c2f7882334404ee5c6
 
 Family conv2d_avgpool_act_reduce; spec 52613d086abfd65f:
     CI = 8
@@ -44,7 +44,7 @@ How it works:
 The CUDA and C++ sources below are also written beside this file (kernel.cu, binding.cpp) for reading. They are
 compiled on first import into the extension kgen_conv2d_avgpool_act_reduce_<hash> (the hash covers the sources, compiler flags,
 torch and CUDA versions and the target architectures), cached under $KGEN_CACHE_DIR (else
-$TORCH_EXTENSIONS_DIR/kgen, else ~/.cache/kgen), and loaded from there afterwards. Ops: torch.ops.kgen_conv2d_avgpool_act_reduce_cf02a1e1.forward / .backward; autograd is registered in C++ (the
+$TORCH_EXTENSIONS_DIR/kgen, else ~/.cache/kgen), and loaded from there afterwards. Ops: torch.ops.kgen_conv2d_avgpool_act_reduce_9cfd0b30.forward / .backward; autograd is registered in C++ (the
 Autograd dispatch key) and fake kernels below, so a training step runs no Python beyond forward's call, and
 torch.compile(fullgraph=True) and torch.library.opcheck work.
 """
@@ -378,8 +378,8 @@ def kgen_load_extension(namespace, cuda_source, cpp_source):
     return module
 
 # ---- generated kernels ------------------------------------------------------------------------------------------
-KGEN_NAMESPACE = "kgen_conv2d_avgpool_act_reduce_cf02a1e1"
-KGEN_CUDA_SOURCE = r'''// kgen: fused Conv2d -> AvgPool2d -> sigmoid -> sum over [C,H,W]  (kgen_conv2d_avgpool_act_reduce_cf02a1e1)
+KGEN_NAMESPACE = "kgen_conv2d_avgpool_act_reduce_9cfd0b30"
+KGEN_CUDA_SOURCE = r'''// kgen: fused Conv2d -> AvgPool2d -> sigmoid -> sum over [C,H,W]  (kgen_conv2d_avgpool_act_reduce_9cfd0b30)
 // Pool-first: conv followed by avg-pool is one linear map, so each pooled output is
 //   pre[n,co,ph,pw] = bias[co] + sum_k (W[co,k]/DIV) * Bs[n,ph,pw,k]   (k = ci*KH*KW + ky*KW + kx)
 // where Bs is a PKH x PKW box sum of the (zero-padded) input at the conv tap offsets.
@@ -476,7 +476,7 @@ struct Identity {
 
 #endif  // KGEN_ACTIVATION_CUH
 
-namespace kgen_conv2d_avgpool_act_reduce_cf02a1e1_ns {
+namespace kgen_conv2d_avgpool_act_reduce_9cfd0b30_ns {
 
 // ---- 3xTF32 tensor-core helpers (mma.sync m16n8k8, fp32-level accuracy) ----
 // a = hi + lo with hi = rna(a) in tf32; lo is passed raw (the tensor core ignores its low 13 bits).
@@ -1088,6 +1088,11 @@ __device__ __forceinline__ void bwd_mark_core(float* mask, const BwdTile& tile) 
 // sums are added into Dp (this thread's own elements, in float32) and the accumulators restarted: one mma chain over
 // every chunk (17 chunks x 27 mma on a 7x5 kernel over 33 channels) left pre, and so grad_w through dpre, about 15x
 // further from float64 than eager (sweep seed 4901; tests/dev/cases/sweep4901_k7x5_pool1x2s3_gelu_tanh.py).
+// this lane's elements acc[.][j][2h], acc[.][j][2h + 1] of m-tile mt in Dp (row mt * 16 + g + 8h, channels co0 and
+// co0 + 1 of channel pass cc), as one float2
+__device__ __forceinline__ float2* dp_pair(float* Dp, int mt, int cc, int j, int h, const Lane& L) {
+    return reinterpret_cast<float2*>(Dp + swz<CP>(mt * 16 + L.g + 8 * h, cc * COCH + j * 8 + 2 * L.t));
+}
 template <int MTW>
 __device__ __forceinline__ void g1_flush(float* Dp, float (&acc)[MTW][NT8][4], int cc, int mt0, const Lane& L,
                                          bool first) {
@@ -1099,7 +1104,7 @@ __device__ __forceinline__ void g1_flush(float* Dp, float (&acc)[MTW][NT8][4], i
         for (int j = 0; j < NT8; ++j)
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                float2* p = reinterpret_cast<float2*>(Dp + swz<CP>(mt * 16 + L.g + 8 * h, cc * COCH + j * 8 + 2 * L.t));
+                float2* p = dp_pair(Dp, mt, cc, j, h, L);
                 const float2 v = first ? make_float2(0.0f, 0.0f) : *p;
                 *p = make_float2(v.x + acc[i][j][2 * h], v.y + acc[i][j][2 * h + 1]);
                 acc[i][j][2 * h] = acc[i][j][2 * h + 1] = 0.0f;
@@ -1139,8 +1144,8 @@ __device__ __forceinline__ void bwd_dpre(const float* x, const float* w, const B
                 for (int j = 0; j < NT8; ++j)
 #pragma unroll
                     for (int h = 0; h < 2; ++h) {   // rows g + 8h: channels co0, co0 + 1 as one float2
-                        const int m = mt * 16 + L.g + 8 * h, co0 = cc * COCH + j * 8 + 2 * L.t;
-                        float2* p = reinterpret_cast<float2*>(s.Dp + swz<CP>(m, co0));
+                        const int co0 = cc * COCH + j * 8 + 2 * L.t;
+                        float2* p = dp_pair(s.Dp, mt, cc, j, h, L);
                         float pre[2] = {acc[i][j][2 * h], acc[i][j][2 * h + 1]};
                         if constexpr (NCHUNK > 1) {   // plus the earlier chunks' sums
                             const float2 fl = *p;
@@ -1642,13 +1647,13 @@ static long long bwd_grid(int64_t n, const DevInfo& d, int tf32) {
     const long long tiles = (long long)n * B_TILES, wave = (long long)d.sms * d.bwd_per_sm[tf32];
     return tiles < wave ? tiles : wave;
 }
-}  // namespace kgen_conv2d_avgpool_act_reduce_cf02a1e1_ns
+}  // namespace kgen_conv2d_avgpool_act_reduce_9cfd0b30_ns
 
 // Workspace bytes the forward (backward == 0) or the backward (backward != 0) needs at batch n on the current
 // device, in TF32 mode tf32 (0: 3xTF32, 1: one TF32 pass; the launch must pass the same). Uninitialised memory is
 // fine: every float the kernels read back was written earlier in the same call.
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_cf02a1e1_workspace_bytes(int64_t n, int backward, int tf32, size_t* bytes) {
-    using namespace kgen_conv2d_avgpool_act_reduce_cf02a1e1_ns;
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_9cfd0b30_workspace_bytes(int64_t n, int backward, int tf32, size_t* bytes) {
+    using namespace kgen_conv2d_avgpool_act_reduce_9cfd0b30_ns;
     tf32 = tf32 ? 1 : 0;
     *bytes = 0;
     if (n <= 0) return cudaSuccess;
@@ -1665,9 +1670,9 @@ extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_cf02a1e1_workspace_bytes(i
     return cudaSuccess;
 }
 
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_cf02a1e1_forward(const float* x, const float* w, const float* b, float* out,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_9cfd0b30_forward(const float* x, const float* w, const float* b, float* out,
                                          void* workspace, int64_t n, int tf32, cudaStream_t stream) {
-    using namespace kgen_conv2d_avgpool_act_reduce_cf02a1e1_ns;
+    using namespace kgen_conv2d_avgpool_act_reduce_9cfd0b30_ns;
     if (n <= 0) return cudaSuccess;
     tf32 = tf32 ? 1 : 0;
     const DevInfo* d = nullptr;
@@ -1701,10 +1706,10 @@ extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_cf02a1e1_forward(const flo
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_cf02a1e1_backward(const float* grad_out, const float* x, const float* w, const float* b,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_9cfd0b30_backward(const float* grad_out, const float* x, const float* w, const float* b,
                                           float* grad_x, float* grad_w, float* grad_b, void* workspace,
                                           int64_t n, int tf32, cudaStream_t stream) {
-    using namespace kgen_conv2d_avgpool_act_reduce_cf02a1e1_ns;
+    using namespace kgen_conv2d_avgpool_act_reduce_9cfd0b30_ns;
     tf32 = tf32 ? 1 : 0;
     const int want_wb = (grad_w != nullptr || grad_b != nullptr) ? 1 : 0;
     float* part = static_cast<float*>(workspace);
@@ -1726,8 +1731,8 @@ extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_cf02a1e1_backward(const fl
     return cudaSuccess;
 }
 '''
-KGEN_CPP_SOURCE = r'''// kgen_conv2d_avgpool_act_reduce_cf02a1e1: torch glue for the fused Conv2d -> AvgPool2d -> sigmoid -> sum kernels in kernel.cu
-// (ops under torch.ops.kgen_conv2d_avgpool_act_reduce_cf02a1e1; autograd in C++, see common/torch_glue.h). Each call runs in 3xTF32 (exact
+KGEN_CPP_SOURCE = r'''// kgen_conv2d_avgpool_act_reduce_9cfd0b30: torch glue for the fused Conv2d -> AvgPool2d -> sigmoid -> sum kernels in kernel.cu
+// (ops under torch.ops.kgen_conv2d_avgpool_act_reduce_9cfd0b30; autograd in C++, see common/torch_glue.h). Each call runs in 3xTF32 (exact
 // float32) or one TF32 pass as common/tf32_policy.h decides.
 // kgen fixed C++ glue helpers (pulled into each rendered binding by Jinja include).
 // Light headers only: torch/library.h, ATen/core, the autograd Function header and torch's pybind casters, not
@@ -1880,10 +1885,10 @@ inline bool grad_w(int64_t n) { (void)n; return allowed() && (every_pass() || tr
 #include <optional>
 #include <tuple>
 
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_cf02a1e1_workspace_bytes(int64_t n, int backward, int tf32, size_t* bytes);
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_cf02a1e1_forward(const float* x, const float* w, const float* b, float* out, void* workspace,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_9cfd0b30_workspace_bytes(int64_t n, int backward, int tf32, size_t* bytes);
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_9cfd0b30_forward(const float* x, const float* w, const float* b, float* out, void* workspace,
                                           int64_t n, int tf32, cudaStream_t stream);
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_cf02a1e1_backward(const float* grad_out, const float* x, const float* w, const float* b,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_9cfd0b30_backward(const float* grad_out, const float* x, const float* w, const float* b,
                                            float* grad_x, float* grad_w, float* grad_b, void* workspace, int64_t n,
                                            int tf32, cudaStream_t stream);
 
@@ -1912,7 +1917,7 @@ const float* ptr_or_null(const at::Tensor& t) { return t.defined() ? t.data_ptr<
 // path and TF32 mode; uninitialised is fine.
 at::Tensor workspace(const at::Tensor& like, int64_t n, bool backward, int tf32) {
   size_t bytes = 0;
-  kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_cf02a1e1_workspace_bytes(n, backward ? 1 : 0, tf32, &bytes), "workspace query", kProblem);
+  kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_9cfd0b30_workspace_bytes(n, backward ? 1 : 0, tf32, &bytes), "workspace query", kProblem);
   return at::empty({bytes > 0 ? static_cast<int64_t>(bytes) : 1}, like.options().dtype(at::kByte));
 }
 
@@ -1923,7 +1928,7 @@ at::Tensor forward(const at::Tensor& x_in, const at::Tensor& w_in, const std::op
   at::Tensor out = at::empty({n}, c.x.options());
   const int tf32 = kgen_tf32::forward(n) ? 1 : 0;
   at::Tensor ws = workspace(c.x, n, false, tf32);
-  kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_cf02a1e1_forward(c.x.data_ptr<float>(), c.w.data_ptr<float>(), ptr_or_null(c.b),
+  kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_9cfd0b30_forward(c.x.data_ptr<float>(), c.w.data_ptr<float>(), ptr_or_null(c.b),
                                              out.data_ptr<float>(), ws.data_ptr(), n, tf32,
                                              c10::cuda::getCurrentCUDAStream().stream()), "fused forward", kProblem);
   return out;
@@ -1947,7 +1952,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(const at::Tensor& grad_o
     const int tf32 = (kgen_tf32::allowed() && (!output_mask[0] || kgen_tf32::grad_x(n)) &&
                       (!output_mask[1] || kgen_tf32::grad_w(n))) ? 1 : 0;
     at::Tensor ws = workspace(c.x, n, true, tf32);
-    kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_cf02a1e1_backward(grad_out.data_ptr<float>(), c.x.data_ptr<float>(), c.w.data_ptr<float>(),
+    kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_9cfd0b30_backward(grad_out.data_ptr<float>(), c.x.data_ptr<float>(), c.w.data_ptr<float>(),
                                                 ptr_or_null(c.b), output_mask[0] ? gx.data_ptr<float>() : nullptr,
                                                 output_mask[1] ? gw.data_ptr<float>() : nullptr,
                                                 gb.numel() ? gb.data_ptr<float>() : nullptr, ws.data_ptr(), n, tf32,
@@ -1964,7 +1969,7 @@ using BackwardSig = std::tuple<at::Tensor, at::Tensor, at::Tensor>(const at::Ten
 struct FusedFunction : public torch::autograd::Function<FusedFunction> {
   static at::Tensor forward(kgen_glue::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w,
                             const std::optional<at::Tensor>& b) {
-    static const auto op = kgen_glue::typed_op<ForwardSig>("kgen_conv2d_avgpool_act_reduce_cf02a1e1::forward");
+    static const auto op = kgen_glue::typed_op<ForwardSig>("kgen_conv2d_avgpool_act_reduce_9cfd0b30::forward");
     const bool has_bias = b.has_value() && b->defined();
     ctx->saved_data["has_bias"] = has_bias;
     ctx->save_for_backward({x, w, has_bias ? *b : at::Tensor()});
@@ -1972,7 +1977,7 @@ struct FusedFunction : public torch::autograd::Function<FusedFunction> {
     return op.call(x, w, b);
   }
   static kgen_glue::variable_list backward(kgen_glue::AutogradContext* ctx, kgen_glue::variable_list grads) {
-    static const auto op = kgen_glue::typed_op<BackwardSig>("kgen_conv2d_avgpool_act_reduce_cf02a1e1::backward");
+    static const auto op = kgen_glue::typed_op<BackwardSig>("kgen_conv2d_avgpool_act_reduce_9cfd0b30::backward");
     const auto saved = ctx->get_saved_variables();
     const bool has_bias = ctx->saved_data["has_bias"].toBool();
     // input edges: x, weight, then bias only when it was given
@@ -1990,21 +1995,21 @@ at::Tensor forward_autograd(const at::Tensor& x, const at::Tensor& w, const std:
 
 }  // namespace
 
-TORCH_LIBRARY(kgen_conv2d_avgpool_act_reduce_cf02a1e1, m) {
+TORCH_LIBRARY(kgen_conv2d_avgpool_act_reduce_9cfd0b30, m) {
   m.def("forward(Tensor x, Tensor weight, Tensor? bias) -> Tensor");
   m.def("backward(Tensor grad_out, Tensor x, Tensor weight, Tensor? bias, bool[3] output_mask) -> (Tensor, Tensor, Tensor)");
 }
 
 // CPU inputs reach the same functions, which reject them with a message saying what to do.
-TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_cf02a1e1, CUDA, m) {
+TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_9cfd0b30, CUDA, m) {
   m.impl("forward", &forward);
   m.impl("backward", &backward);
 }
-TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_cf02a1e1, CPU, m) {
+TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_9cfd0b30, CPU, m) {
   m.impl("forward", &forward);
   m.impl("backward", &backward);
 }
-TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_cf02a1e1, Autograd, m) {
+TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_9cfd0b30, Autograd, m) {
   m.impl("forward", &forward_autograd);
 }
 
@@ -2070,8 +2075,8 @@ def kgen_register():
                 weight.new_empty(weight.shape) if output_mask[1] else none,
                 bias.new_empty(bias.shape) if (output_mask[2] and bias is not None) else none)
 
-    torch.library.register_fake("kgen_conv2d_avgpool_act_reduce_cf02a1e1::forward", forward_fake)
-    torch.library.register_fake("kgen_conv2d_avgpool_act_reduce_cf02a1e1::backward", backward_fake)
+    torch.library.register_fake("kgen_conv2d_avgpool_act_reduce_9cfd0b30::forward", forward_fake)
+    torch.library.register_fake("kgen_conv2d_avgpool_act_reduce_9cfd0b30::backward", backward_fake)
 
 
 class ModelNew(nn.Module):

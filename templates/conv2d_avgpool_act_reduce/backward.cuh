@@ -33,6 +33,11 @@ __device__ __forceinline__ void bwd_mark_core(float* mask, const BwdTile& tile) 
 // sums are added into Dp (this thread's own elements, in float32) and the accumulators restarted: one mma chain over
 // every chunk (17 chunks x 27 mma on a 7x5 kernel over 33 channels) left pre, and so grad_w through dpre, about 15x
 // further from float64 than eager (sweep seed 4901; tests/dev/cases/sweep4901_k7x5_pool1x2s3_gelu_tanh.py).
+// this lane's elements acc[.][j][2h], acc[.][j][2h + 1] of m-tile mt in Dp (row mt * 16 + g + 8h, channels co0 and
+// co0 + 1 of channel pass cc), as one float2
+__device__ __forceinline__ float2* dp_pair(float* Dp, int mt, int cc, int j, int h, const Lane& L) {
+    return reinterpret_cast<float2*>(Dp + swz<CP>(mt * 16 + L.g + 8 * h, cc * COCH + j * 8 + 2 * L.t));
+}
 template <int MTW>
 __device__ __forceinline__ void g1_flush(float* Dp, float (&acc)[MTW][NT8][4], int cc, int mt0, const Lane& L,
                                          bool first) {
@@ -44,7 +49,7 @@ __device__ __forceinline__ void g1_flush(float* Dp, float (&acc)[MTW][NT8][4], i
         for (int j = 0; j < NT8; ++j)
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                float2* p = reinterpret_cast<float2*>(Dp + swz<CP>(mt * 16 + L.g + 8 * h, cc * COCH + j * 8 + 2 * L.t));
+                float2* p = dp_pair(Dp, mt, cc, j, h, L);
                 const float2 v = first ? make_float2(0.0f, 0.0f) : *p;
                 *p = make_float2(v.x + acc[i][j][2 * h], v.y + acc[i][j][2 * h + 1]);
                 acc[i][j][2 * h] = acc[i][j][2 * h + 1] = 0.0f;
@@ -84,8 +89,8 @@ __device__ __forceinline__ void bwd_dpre(const float* x, const float* w, const B
                 for (int j = 0; j < NT8; ++j)
 #pragma unroll
                     for (int h = 0; h < 2; ++h) {   // rows g + 8h: channels co0, co0 + 1 as one float2
-                        const int m = mt * 16 + L.g + 8 * h, co0 = cc * COCH + j * 8 + 2 * L.t;
-                        float2* p = reinterpret_cast<float2*>(s.Dp + swz<CP>(m, co0));
+                        const int co0 = cc * COCH + j * 8 + 2 * L.t;
+                        float2* p = dp_pair(s.Dp, mt, cc, j, h, L);
                         float pre[2] = {acc[i][j][2 * h], acc[i][j][2 * h + 1]};
                         if constexpr (NCHUNK > 1) {   // plus the earlier chunks' sums
                             const float2 fl = *p;
