@@ -30,6 +30,9 @@ CONFIGS = [
     # 17 K chunks of 7x5 taps x 33 channels: grad_w once missed float64 by 3.7e-4 here (tests/dev/g1_chain_sim.py)
     ((3, 33, 30, 81), dict(in_channels=33, out_channels=16, kernel_size=(7, 5), padding=(4, 2)),
      dict(kernel_size=(1, 2), stride=(1, 3)), "gelu_tanh", "sum", {}),
+    # a 15x9-input window (135 loads an item): compute_as sums it a row at a time (STREAM_ROWS; it spilled 1512 bytes)
+    ((1, 3, 49, 121), dict(in_channels=3, out_channels=80, kernel_size=3, stride=3, padding=(1, 2)),
+     dict(kernel_size=(5, 3), stride=(4, 3)), "sigmoid", "sum", {}),
 ]
 
 

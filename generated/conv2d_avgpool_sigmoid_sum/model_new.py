@@ -2,7 +2,7 @@
 
 Do not edit: regenerate with `kgen generate kgen/problems/conv2d_avgpool_sigmoid_sum.py` (a hand edit makes kgen refuse to overwrite
 this file without --force).
-kgen-checksum: 4952240eb9692a34aa41b552ea96b9044bc332d2506ad4c2f7882334404ee5c6
+kgen-checksum: a9092096830973d8843dddeb4e979313be8f547500c62665df7ded45a27987fb
 
 Family conv2d_avgpool_act_reduce; spec 52613d086abfd65f:
     CI = 8
@@ -44,7 +44,7 @@ How it works:
 The CUDA and C++ sources below are also written beside this file (kernel.cu, binding.cpp) for reading. They are
 compiled on first import into the extension kgen_conv2d_avgpool_act_reduce_<hash> (the hash covers the sources, compiler flags,
 torch and CUDA versions and the target architectures), cached under $KGEN_CACHE_DIR (else
-$TORCH_EXTENSIONS_DIR/kgen, else ~/.cache/kgen), and loaded from there afterwards. Ops: torch.ops.kgen_conv2d_avgpool_act_reduce_9cfd0b30.forward / .backward; autograd is registered in C++ (the
+$TORCH_EXTENSIONS_DIR/kgen, else ~/.cache/kgen), and loaded from there afterwards. Ops: torch.ops.kgen_conv2d_avgpool_act_reduce_a0ba5824.forward / .backward; autograd is registered in C++ (the
 Autograd dispatch key) and fake kernels below, so a training step runs no Python beyond forward's call, and
 torch.compile(fullgraph=True) and torch.library.opcheck work.
 """
@@ -378,8 +378,8 @@ def kgen_load_extension(namespace, cuda_source, cpp_source):
     return module
 
 # ---- generated kernels ------------------------------------------------------------------------------------------
-KGEN_NAMESPACE = "kgen_conv2d_avgpool_act_reduce_9cfd0b30"
-KGEN_CUDA_SOURCE = r'''// kgen: fused Conv2d -> AvgPool2d -> sigmoid -> sum over [C,H,W]  (kgen_conv2d_avgpool_act_reduce_9cfd0b30)
+KGEN_NAMESPACE = "kgen_conv2d_avgpool_act_reduce_a0ba5824"
+KGEN_CUDA_SOURCE = r'''// kgen: fused Conv2d -> AvgPool2d -> sigmoid -> sum over [C,H,W]  (kgen_conv2d_avgpool_act_reduce_a0ba5824)
 // Pool-first: conv followed by avg-pool is one linear map, so each pooled output is
 //   pre[n,co,ph,pw] = bias[co] + sum_k (W[co,k]/DIV) * Bs[n,ph,pw,k]   (k = ci*KH*KW + ky*KW + kx)
 // where Bs is a PKH x PKW box sum of the (zero-padded) input at the conv tap offsets.
@@ -476,7 +476,7 @@ struct Identity {
 
 #endif  // KGEN_ACTIVATION_CUH
 
-namespace kgen_conv2d_avgpool_act_reduce_9cfd0b30_ns {
+namespace kgen_conv2d_avgpool_act_reduce_a0ba5824_ns {
 
 // ---- 3xTF32 tensor-core helpers (mma.sync m16n8k8, fp32-level accuracy) ----
 // a = hi + lo with hi = rna(a) in tf32; lo is passed raw (the tensor core ignores its low 13 bits).
@@ -575,6 +575,9 @@ constexpr float BSCALE = (float)(PKH * PKW) / (float)DIV;  // avg-pool of a cons
 constexpr int CL_MAX = F_TILES < 8 ? F_TILES : 8;         // forward blocks per sample (cluster size on sm_90)
 constexpr bool VEC4 = (S_W % 4 == 0) && (PW % 4 == 0) && (W % 4 == 0);
 constexpr int PC4 = (PC + 3) / 4;
+// compute_as: windows of more loads than this are summed one row at a time (staging.cuh)
+constexpr int STREAM_LOADS = 48;
+constexpr bool STREAM_ROWS = PR * (VEC4 ? PC4 * 4 : PC) > STREAM_LOADS;
 constexpr int KPADW = KC8 > KC ? KC8 - KC : 1;
 __host__ __device__ constexpr bool row_used(int rr) {
     for (int i = 0; i < PKH; ++i)
@@ -815,8 +818,58 @@ __device__ __forceinline__ void stage_weights(float* Ws, const float* w, int ch)
     else stage_w<X3>(Ws, w, ch);
 }
 
+// horizontal box sums of input row r of one channel plane xp, its columns from c0 (clamped to valid addresses and
+// zeroed outside the image, or where !ok): h[kx] = sum_j v[j*SW + kx*DW]. Every load is unconditional, so the row's
+// loads are in flight together.
+__device__ __forceinline__ void row_hsums(const float* __restrict__ xp, int r, int c0, bool ok, float (&h)[KW]) {
+    constexpr int VW = VEC4 ? PC4 * 4 : PC;
+    float v[VW];
+    const bool rok = NEED_BOUNDS ? (ok && (unsigned)r < (unsigned)H) : true;
+    const float* rowp = xp + (size_t)(rok ? r : 0) * W;
+    if constexpr (VEC4) {
+#pragma unroll
+        for (int q = 0; q < PC4; ++q) {
+            const int c = c0 + 4 * q;
+            const bool cok = NEED_BOUNDS ? (rok && (unsigned)c < (unsigned)W) : true;
+            const float4 t = __ldg(reinterpret_cast<const float4*>(rowp + (cok ? c : 0)));
+            v[4 * q + 0] = cok ? t.x : 0.0f;
+            v[4 * q + 1] = cok ? t.y : 0.0f;
+            v[4 * q + 2] = cok ? t.z : 0.0f;
+            v[4 * q + 3] = cok ? t.w : 0.0f;
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < PC; ++j) {
+            if (!col_used(j)) { v[j] = 0.0f; continue; }
+            const int c = c0 + j;
+            const bool cok = NEED_BOUNDS ? (rok && (unsigned)c < (unsigned)W) : true;
+            const float t = __ldg(rowp + (cok ? c : 0));
+            v[j] = cok ? t : 0.0f;
+        }
+    }
+    if constexpr (SW == 1 && DW == 1) {   // sliding window
+        float t = 0.0f;
+#pragma unroll
+        for (int j = 0; j < PKW; ++j) t += v[j];
+        h[0] = t;
+#pragma unroll
+        for (int kx = 1; kx < KW; ++kx) h[kx] = h[kx - 1] - v[kx - 1] + v[kx - 1 + PKW];
+    } else {
+#pragma unroll
+        for (int kx = 0; kx < KW; ++kx) {
+            float t = 0.0f;
+#pragma unroll
+            for (int j = 0; j < PKW; ++j) t += v[j * SW + kx * DW];
+            h[kx] = t;
+        }
+    }
+}
+
 // As[m][cl*KK + ky*KW + kx] = box sums for positions m of a tile (row-major EW wide), channel chunk ch (staged<X3>),
-// swizzled (swz<KP>).
+// swizzled (swz<KP>). Windows of up to STREAM_LOADS loads: all PR rows' loads of an item in flight together, the rows
+// summed into hs and then down the columns. Larger windows (STREAM_ROWS; all their loads at once, each with a 64-bit
+// address, spilled at the 255-register cap) take one row at a time, adding it into the taps it belongs to (the
+// column sums' order of additions, except for the sliding window of SH = DH = 1).
 template <int EW, int M, int MPAD, int UNR, bool X3>
 __device__ __forceinline__ void compute_as(const float* __restrict__ x, float* As, long long img, int ch,
                                            int ph_base, int pw_base) {
@@ -833,82 +886,56 @@ __device__ __forceinline__ void compute_as(const float* __restrict__ x, float* A
         // without padding, clamp invalid positions to (0,0) (in bounds) and zero the result at the end
         const int r0 = NEED_BOUNDS ? ph * S_H - PH : (ok ? ph * S_H : 0);
         const int c0 = NEED_BOUNDS ? pw * S_W - PW : (ok ? pw * S_W : 0);
-        // every load is unconditional from a clamped (valid) address, then zeroed: no branches, so all
-        // PR x PC loads of the item are in flight together
         const float* xp = x + ((size_t)img * CI + (ok ? ci : 0)) * (size_t)(H * W);
-        constexpr int VW = VEC4 ? PC4 * 4 : PC;
-        // horizontal box sums per used row: hs[rr][kx] = sum_j v[j*SW + kx*DW]
-        float hs[PR][KW];
-#pragma unroll
-        for (int rr = 0; rr < PR; ++rr) {
-            if (!row_used(rr)) {
-#pragma unroll
-                for (int kx = 0; kx < KW; ++kx) hs[rr][kx] = 0.0f;
-                continue;
-            }
-            float v[VW];
-            const int r = r0 + rr;
-            const bool rok = NEED_BOUNDS ? (ok && (unsigned)r < (unsigned)H) : true;
-            const float* rowp = xp + (size_t)(rok ? r : 0) * W;
-            if constexpr (VEC4) {
-#pragma unroll
-                for (int q = 0; q < PC4; ++q) {
-                    const int c = c0 + 4 * q;
-                    const bool cok = NEED_BOUNDS ? (rok && (unsigned)c < (unsigned)W) : true;
-                    const float4 t = __ldg(reinterpret_cast<const float4*>(rowp + (cok ? c : 0)));
-                    v[4 * q + 0] = cok ? t.x : 0.0f;
-                    v[4 * q + 1] = cok ? t.y : 0.0f;
-                    v[4 * q + 2] = cok ? t.z : 0.0f;
-                    v[4 * q + 3] = cok ? t.w : 0.0f;
-                }
-            } else {
-#pragma unroll
-                for (int j = 0; j < PC; ++j) {
-                    if (!col_used(j)) { v[j] = 0.0f; continue; }
-                    const int c = c0 + j;
-                    const bool cok = NEED_BOUNDS ? (rok && (unsigned)c < (unsigned)W) : true;
-                    const float t = __ldg(rowp + (cok ? c : 0));
-                    v[j] = cok ? t : 0.0f;
-                }
-            }
-            if constexpr (SW == 1 && DW == 1) {   // sliding window
-                float t = 0.0f;
-#pragma unroll
-                for (int j = 0; j < PKW; ++j) t += v[j];
-                hs[rr][0] = t;
-#pragma unroll
-                for (int kx = 1; kx < KW; ++kx) hs[rr][kx] = hs[rr][kx - 1] - v[kx - 1] + v[kx - 1 + PKW];
-            } else {
-#pragma unroll
-                for (int kx = 0; kx < KW; ++kx) {
-                    float t = 0.0f;
-#pragma unroll
-                    for (int j = 0; j < PKW; ++j) t += v[j * SW + kx * DW];
-                    hs[rr][kx] = t;
-                }
-            }
-        }
         float acc[KH][KW];
-        if constexpr (SH == 1 && DH == 1) {   // sliding window over rows
+        if constexpr (STREAM_ROWS) {
+            zero(acc);
+#pragma unroll 1
+            for (int rr = 0; rr < PR; ++rr) {
+                if (!row_used(rr)) continue;
+                float h[KW];
+                row_hsums(xp, r0 + rr, c0, ok, h);
 #pragma unroll
-            for (int kx = 0; kx < KW; ++kx) {
-                float t = 0.0f;
+                for (int ky = 0; ky < KH; ++ky) {
+                    const int i = rr - ky * DH;   // row rr is row i of tap row ky's pool window
+                    if (i >= 0 && i % SH == 0 && i / SH < PKH)
 #pragma unroll
-                for (int i = 0; i < PKH; ++i) t += hs[i][kx];
-                acc[0][kx] = t;
-#pragma unroll
-                for (int ky = 1; ky < KH; ++ky) acc[ky][kx] = acc[ky - 1][kx] - hs[ky - 1][kx] + hs[ky - 1 + PKH][kx];
+                        for (int kx = 0; kx < KW; ++kx) acc[ky][kx] += h[kx];
+                }
             }
         } else {
+            float hs[PR][KW];   // horizontal box sums per used row
 #pragma unroll
-            for (int ky = 0; ky < KH; ++ky)
+            for (int rr = 0; rr < PR; ++rr) {
+                if (!row_used(rr)) {
+#pragma unroll
+                    for (int kx = 0; kx < KW; ++kx) hs[rr][kx] = 0.0f;
+                    continue;
+                }
+                row_hsums(xp, r0 + rr, c0, ok, hs[rr]);
+            }
+            if constexpr (SH == 1 && DH == 1) {   // sliding window over rows
 #pragma unroll
                 for (int kx = 0; kx < KW; ++kx) {
                     float t = 0.0f;
 #pragma unroll
-                    for (int i = 0; i < PKH; ++i) t += hs[i * SH + ky * DH][kx];
-                    acc[ky][kx] = t;
+                    for (int i = 0; i < PKH; ++i) t += hs[i][kx];
+                    acc[0][kx] = t;
+#pragma unroll
+                    for (int ky = 1; ky < KH; ++ky)
+                        acc[ky][kx] = acc[ky - 1][kx] - hs[ky - 1][kx] + hs[ky - 1 + PKH][kx];
                 }
+            } else {
+#pragma unroll
+                for (int ky = 0; ky < KH; ++ky)
+#pragma unroll
+                    for (int kx = 0; kx < KW; ++kx) {
+                        float t = 0.0f;
+#pragma unroll
+                        for (int i = 0; i < PKH; ++i) t += hs[i * SH + ky * DH][kx];
+                        acc[ky][kx] = t;
+                    }
+            }
         }
         if constexpr (!NEED_BOUNDS) {
 #pragma unroll
@@ -1647,13 +1674,13 @@ static long long bwd_grid(int64_t n, const DevInfo& d, int tf32) {
     const long long tiles = (long long)n * B_TILES, wave = (long long)d.sms * d.bwd_per_sm[tf32];
     return tiles < wave ? tiles : wave;
 }
-}  // namespace kgen_conv2d_avgpool_act_reduce_9cfd0b30_ns
+}  // namespace kgen_conv2d_avgpool_act_reduce_a0ba5824_ns
 
 // Workspace bytes the forward (backward == 0) or the backward (backward != 0) needs at batch n on the current
 // device, in TF32 mode tf32 (0: 3xTF32, 1: one TF32 pass; the launch must pass the same). Uninitialised memory is
 // fine: every float the kernels read back was written earlier in the same call.
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_9cfd0b30_workspace_bytes(int64_t n, int backward, int tf32, size_t* bytes) {
-    using namespace kgen_conv2d_avgpool_act_reduce_9cfd0b30_ns;
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_a0ba5824_workspace_bytes(int64_t n, int backward, int tf32, size_t* bytes) {
+    using namespace kgen_conv2d_avgpool_act_reduce_a0ba5824_ns;
     tf32 = tf32 ? 1 : 0;
     *bytes = 0;
     if (n <= 0) return cudaSuccess;
@@ -1670,9 +1697,9 @@ extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_9cfd0b30_workspace_bytes(i
     return cudaSuccess;
 }
 
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_9cfd0b30_forward(const float* x, const float* w, const float* b, float* out,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_a0ba5824_forward(const float* x, const float* w, const float* b, float* out,
                                          void* workspace, int64_t n, int tf32, cudaStream_t stream) {
-    using namespace kgen_conv2d_avgpool_act_reduce_9cfd0b30_ns;
+    using namespace kgen_conv2d_avgpool_act_reduce_a0ba5824_ns;
     if (n <= 0) return cudaSuccess;
     tf32 = tf32 ? 1 : 0;
     const DevInfo* d = nullptr;
@@ -1706,10 +1733,10 @@ extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_9cfd0b30_forward(const flo
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_9cfd0b30_backward(const float* grad_out, const float* x, const float* w, const float* b,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_a0ba5824_backward(const float* grad_out, const float* x, const float* w, const float* b,
                                           float* grad_x, float* grad_w, float* grad_b, void* workspace,
                                           int64_t n, int tf32, cudaStream_t stream) {
-    using namespace kgen_conv2d_avgpool_act_reduce_9cfd0b30_ns;
+    using namespace kgen_conv2d_avgpool_act_reduce_a0ba5824_ns;
     tf32 = tf32 ? 1 : 0;
     const int want_wb = (grad_w != nullptr || grad_b != nullptr) ? 1 : 0;
     float* part = static_cast<float*>(workspace);
@@ -1731,8 +1758,8 @@ extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_9cfd0b30_backward(const fl
     return cudaSuccess;
 }
 '''
-KGEN_CPP_SOURCE = r'''// kgen_conv2d_avgpool_act_reduce_9cfd0b30: torch glue for the fused Conv2d -> AvgPool2d -> sigmoid -> sum kernels in kernel.cu
-// (ops under torch.ops.kgen_conv2d_avgpool_act_reduce_9cfd0b30; autograd in C++, see common/torch_glue.h). Each call runs in 3xTF32 (exact
+KGEN_CPP_SOURCE = r'''// kgen_conv2d_avgpool_act_reduce_a0ba5824: torch glue for the fused Conv2d -> AvgPool2d -> sigmoid -> sum kernels in kernel.cu
+// (ops under torch.ops.kgen_conv2d_avgpool_act_reduce_a0ba5824; autograd in C++, see common/torch_glue.h). Each call runs in 3xTF32 (exact
 // float32) or one TF32 pass as common/tf32_policy.h decides.
 // kgen fixed C++ glue helpers (pulled into each rendered binding by Jinja include).
 // Light headers only: torch/library.h, ATen/core, the autograd Function header and torch's pybind casters, not
@@ -1885,10 +1912,10 @@ inline bool grad_w(int64_t n) { (void)n; return allowed() && (every_pass() || tr
 #include <optional>
 #include <tuple>
 
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_9cfd0b30_workspace_bytes(int64_t n, int backward, int tf32, size_t* bytes);
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_9cfd0b30_forward(const float* x, const float* w, const float* b, float* out, void* workspace,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_a0ba5824_workspace_bytes(int64_t n, int backward, int tf32, size_t* bytes);
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_a0ba5824_forward(const float* x, const float* w, const float* b, float* out, void* workspace,
                                           int64_t n, int tf32, cudaStream_t stream);
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_9cfd0b30_backward(const float* grad_out, const float* x, const float* w, const float* b,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_a0ba5824_backward(const float* grad_out, const float* x, const float* w, const float* b,
                                            float* grad_x, float* grad_w, float* grad_b, void* workspace, int64_t n,
                                            int tf32, cudaStream_t stream);
 
@@ -1917,7 +1944,7 @@ const float* ptr_or_null(const at::Tensor& t) { return t.defined() ? t.data_ptr<
 // path and TF32 mode; uninitialised is fine.
 at::Tensor workspace(const at::Tensor& like, int64_t n, bool backward, int tf32) {
   size_t bytes = 0;
-  kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_9cfd0b30_workspace_bytes(n, backward ? 1 : 0, tf32, &bytes), "workspace query", kProblem);
+  kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_a0ba5824_workspace_bytes(n, backward ? 1 : 0, tf32, &bytes), "workspace query", kProblem);
   return at::empty({bytes > 0 ? static_cast<int64_t>(bytes) : 1}, like.options().dtype(at::kByte));
 }
 
@@ -1928,7 +1955,7 @@ at::Tensor forward(const at::Tensor& x_in, const at::Tensor& w_in, const std::op
   at::Tensor out = at::empty({n}, c.x.options());
   const int tf32 = kgen_tf32::forward(n) ? 1 : 0;
   at::Tensor ws = workspace(c.x, n, false, tf32);
-  kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_9cfd0b30_forward(c.x.data_ptr<float>(), c.w.data_ptr<float>(), ptr_or_null(c.b),
+  kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_a0ba5824_forward(c.x.data_ptr<float>(), c.w.data_ptr<float>(), ptr_or_null(c.b),
                                              out.data_ptr<float>(), ws.data_ptr(), n, tf32,
                                              c10::cuda::getCurrentCUDAStream().stream()), "fused forward", kProblem);
   return out;
@@ -1952,7 +1979,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(const at::Tensor& grad_o
     const int tf32 = (kgen_tf32::allowed() && (!output_mask[0] || kgen_tf32::grad_x(n)) &&
                       (!output_mask[1] || kgen_tf32::grad_w(n))) ? 1 : 0;
     at::Tensor ws = workspace(c.x, n, true, tf32);
-    kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_9cfd0b30_backward(grad_out.data_ptr<float>(), c.x.data_ptr<float>(), c.w.data_ptr<float>(),
+    kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_a0ba5824_backward(grad_out.data_ptr<float>(), c.x.data_ptr<float>(), c.w.data_ptr<float>(),
                                                 ptr_or_null(c.b), output_mask[0] ? gx.data_ptr<float>() : nullptr,
                                                 output_mask[1] ? gw.data_ptr<float>() : nullptr,
                                                 gb.numel() ? gb.data_ptr<float>() : nullptr, ws.data_ptr(), n, tf32,
@@ -1969,7 +1996,7 @@ using BackwardSig = std::tuple<at::Tensor, at::Tensor, at::Tensor>(const at::Ten
 struct FusedFunction : public torch::autograd::Function<FusedFunction> {
   static at::Tensor forward(kgen_glue::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w,
                             const std::optional<at::Tensor>& b) {
-    static const auto op = kgen_glue::typed_op<ForwardSig>("kgen_conv2d_avgpool_act_reduce_9cfd0b30::forward");
+    static const auto op = kgen_glue::typed_op<ForwardSig>("kgen_conv2d_avgpool_act_reduce_a0ba5824::forward");
     const bool has_bias = b.has_value() && b->defined();
     ctx->saved_data["has_bias"] = has_bias;
     ctx->save_for_backward({x, w, has_bias ? *b : at::Tensor()});
@@ -1977,7 +2004,7 @@ struct FusedFunction : public torch::autograd::Function<FusedFunction> {
     return op.call(x, w, b);
   }
   static kgen_glue::variable_list backward(kgen_glue::AutogradContext* ctx, kgen_glue::variable_list grads) {
-    static const auto op = kgen_glue::typed_op<BackwardSig>("kgen_conv2d_avgpool_act_reduce_9cfd0b30::backward");
+    static const auto op = kgen_glue::typed_op<BackwardSig>("kgen_conv2d_avgpool_act_reduce_a0ba5824::backward");
     const auto saved = ctx->get_saved_variables();
     const bool has_bias = ctx->saved_data["has_bias"].toBool();
     // input edges: x, weight, then bias only when it was given
@@ -1995,21 +2022,21 @@ at::Tensor forward_autograd(const at::Tensor& x, const at::Tensor& w, const std:
 
 }  // namespace
 
-TORCH_LIBRARY(kgen_conv2d_avgpool_act_reduce_9cfd0b30, m) {
+TORCH_LIBRARY(kgen_conv2d_avgpool_act_reduce_a0ba5824, m) {
   m.def("forward(Tensor x, Tensor weight, Tensor? bias) -> Tensor");
   m.def("backward(Tensor grad_out, Tensor x, Tensor weight, Tensor? bias, bool[3] output_mask) -> (Tensor, Tensor, Tensor)");
 }
 
 // CPU inputs reach the same functions, which reject them with a message saying what to do.
-TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_9cfd0b30, CUDA, m) {
+TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_a0ba5824, CUDA, m) {
   m.impl("forward", &forward);
   m.impl("backward", &backward);
 }
-TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_9cfd0b30, CPU, m) {
+TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_a0ba5824, CPU, m) {
   m.impl("forward", &forward);
   m.impl("backward", &backward);
 }
-TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_9cfd0b30, Autograd, m) {
+TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_a0ba5824, Autograd, m) {
   m.impl("forward", &forward_autograd);
 }
 
@@ -2075,8 +2102,8 @@ def kgen_register():
                 weight.new_empty(weight.shape) if output_mask[1] else none,
                 bias.new_empty(bias.shape) if (output_mask[2] and bias is not None) else none)
 
-    torch.library.register_fake("kgen_conv2d_avgpool_act_reduce_9cfd0b30::forward", forward_fake)
-    torch.library.register_fake("kgen_conv2d_avgpool_act_reduce_9cfd0b30::backward", backward_fake)
+    torch.library.register_fake("kgen_conv2d_avgpool_act_reduce_a0ba5824::forward", forward_fake)
+    torch.library.register_fake("kgen_conv2d_avgpool_act_reduce_a0ba5824::backward", backward_fake)
 
 
 class ModelNew(nn.Module):

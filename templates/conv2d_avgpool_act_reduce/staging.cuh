@@ -53,8 +53,58 @@ __device__ __forceinline__ void stage_weights(float* Ws, const float* w, int ch)
     else stage_w<X3>(Ws, w, ch);
 }
 
+// horizontal box sums of input row r of one channel plane xp, its columns from c0 (clamped to valid addresses and
+// zeroed outside the image, or where !ok): h[kx] = sum_j v[j*SW + kx*DW]. Every load is unconditional, so the row's
+// loads are in flight together.
+__device__ __forceinline__ void row_hsums(const float* __restrict__ xp, int r, int c0, bool ok, float (&h)[KW]) {
+    constexpr int VW = VEC4 ? PC4 * 4 : PC;
+    float v[VW];
+    const bool rok = NEED_BOUNDS ? (ok && (unsigned)r < (unsigned)H) : true;
+    const float* rowp = xp + (size_t)(rok ? r : 0) * W;
+    if constexpr (VEC4) {
+#pragma unroll
+        for (int q = 0; q < PC4; ++q) {
+            const int c = c0 + 4 * q;
+            const bool cok = NEED_BOUNDS ? (rok && (unsigned)c < (unsigned)W) : true;
+            const float4 t = __ldg(reinterpret_cast<const float4*>(rowp + (cok ? c : 0)));
+            v[4 * q + 0] = cok ? t.x : 0.0f;
+            v[4 * q + 1] = cok ? t.y : 0.0f;
+            v[4 * q + 2] = cok ? t.z : 0.0f;
+            v[4 * q + 3] = cok ? t.w : 0.0f;
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < PC; ++j) {
+            if (!col_used(j)) { v[j] = 0.0f; continue; }
+            const int c = c0 + j;
+            const bool cok = NEED_BOUNDS ? (rok && (unsigned)c < (unsigned)W) : true;
+            const float t = __ldg(rowp + (cok ? c : 0));
+            v[j] = cok ? t : 0.0f;
+        }
+    }
+    if constexpr (SW == 1 && DW == 1) {   // sliding window
+        float t = 0.0f;
+#pragma unroll
+        for (int j = 0; j < PKW; ++j) t += v[j];
+        h[0] = t;
+#pragma unroll
+        for (int kx = 1; kx < KW; ++kx) h[kx] = h[kx - 1] - v[kx - 1] + v[kx - 1 + PKW];
+    } else {
+#pragma unroll
+        for (int kx = 0; kx < KW; ++kx) {
+            float t = 0.0f;
+#pragma unroll
+            for (int j = 0; j < PKW; ++j) t += v[j * SW + kx * DW];
+            h[kx] = t;
+        }
+    }
+}
+
 // As[m][cl*KK + ky*KW + kx] = box sums for positions m of a tile (row-major EW wide), channel chunk ch (staged<X3>),
-// swizzled (swz<KP>).
+// swizzled (swz<KP>). Windows of up to STREAM_LOADS loads: all PR rows' loads of an item in flight together, the rows
+// summed into hs and then down the columns. Larger windows (STREAM_ROWS; all their loads at once, each with a 64-bit
+// address, spilled at the 255-register cap) take one row at a time, adding it into the taps it belongs to (the
+// column sums' order of additions, except for the sliding window of SH = DH = 1).
 template <int EW, int M, int MPAD, int UNR, bool X3>
 __device__ __forceinline__ void compute_as(const float* __restrict__ x, float* As, long long img, int ch,
                                            int ph_base, int pw_base) {
@@ -71,82 +121,56 @@ __device__ __forceinline__ void compute_as(const float* __restrict__ x, float* A
         // without padding, clamp invalid positions to (0,0) (in bounds) and zero the result at the end
         const int r0 = NEED_BOUNDS ? ph * S_H - PH : (ok ? ph * S_H : 0);
         const int c0 = NEED_BOUNDS ? pw * S_W - PW : (ok ? pw * S_W : 0);
-        // every load is unconditional from a clamped (valid) address, then zeroed: no branches, so all
-        // PR x PC loads of the item are in flight together
         const float* xp = x + ((size_t)img * CI + (ok ? ci : 0)) * (size_t)(H * W);
-        constexpr int VW = VEC4 ? PC4 * 4 : PC;
-        // horizontal box sums per used row: hs[rr][kx] = sum_j v[j*SW + kx*DW]
-        float hs[PR][KW];
-#pragma unroll
-        for (int rr = 0; rr < PR; ++rr) {
-            if (!row_used(rr)) {
-#pragma unroll
-                for (int kx = 0; kx < KW; ++kx) hs[rr][kx] = 0.0f;
-                continue;
-            }
-            float v[VW];
-            const int r = r0 + rr;
-            const bool rok = NEED_BOUNDS ? (ok && (unsigned)r < (unsigned)H) : true;
-            const float* rowp = xp + (size_t)(rok ? r : 0) * W;
-            if constexpr (VEC4) {
-#pragma unroll
-                for (int q = 0; q < PC4; ++q) {
-                    const int c = c0 + 4 * q;
-                    const bool cok = NEED_BOUNDS ? (rok && (unsigned)c < (unsigned)W) : true;
-                    const float4 t = __ldg(reinterpret_cast<const float4*>(rowp + (cok ? c : 0)));
-                    v[4 * q + 0] = cok ? t.x : 0.0f;
-                    v[4 * q + 1] = cok ? t.y : 0.0f;
-                    v[4 * q + 2] = cok ? t.z : 0.0f;
-                    v[4 * q + 3] = cok ? t.w : 0.0f;
-                }
-            } else {
-#pragma unroll
-                for (int j = 0; j < PC; ++j) {
-                    if (!col_used(j)) { v[j] = 0.0f; continue; }
-                    const int c = c0 + j;
-                    const bool cok = NEED_BOUNDS ? (rok && (unsigned)c < (unsigned)W) : true;
-                    const float t = __ldg(rowp + (cok ? c : 0));
-                    v[j] = cok ? t : 0.0f;
-                }
-            }
-            if constexpr (SW == 1 && DW == 1) {   // sliding window
-                float t = 0.0f;
-#pragma unroll
-                for (int j = 0; j < PKW; ++j) t += v[j];
-                hs[rr][0] = t;
-#pragma unroll
-                for (int kx = 1; kx < KW; ++kx) hs[rr][kx] = hs[rr][kx - 1] - v[kx - 1] + v[kx - 1 + PKW];
-            } else {
-#pragma unroll
-                for (int kx = 0; kx < KW; ++kx) {
-                    float t = 0.0f;
-#pragma unroll
-                    for (int j = 0; j < PKW; ++j) t += v[j * SW + kx * DW];
-                    hs[rr][kx] = t;
-                }
-            }
-        }
         float acc[KH][KW];
-        if constexpr (SH == 1 && DH == 1) {   // sliding window over rows
+        if constexpr (STREAM_ROWS) {
+            zero(acc);
+#pragma unroll 1
+            for (int rr = 0; rr < PR; ++rr) {
+                if (!row_used(rr)) continue;
+                float h[KW];
+                row_hsums(xp, r0 + rr, c0, ok, h);
 #pragma unroll
-            for (int kx = 0; kx < KW; ++kx) {
-                float t = 0.0f;
+                for (int ky = 0; ky < KH; ++ky) {
+                    const int i = rr - ky * DH;   // row rr is row i of tap row ky's pool window
+                    if (i >= 0 && i % SH == 0 && i / SH < PKH)
 #pragma unroll
-                for (int i = 0; i < PKH; ++i) t += hs[i][kx];
-                acc[0][kx] = t;
-#pragma unroll
-                for (int ky = 1; ky < KH; ++ky) acc[ky][kx] = acc[ky - 1][kx] - hs[ky - 1][kx] + hs[ky - 1 + PKH][kx];
+                        for (int kx = 0; kx < KW; ++kx) acc[ky][kx] += h[kx];
+                }
             }
         } else {
+            float hs[PR][KW];   // horizontal box sums per used row
 #pragma unroll
-            for (int ky = 0; ky < KH; ++ky)
+            for (int rr = 0; rr < PR; ++rr) {
+                if (!row_used(rr)) {
+#pragma unroll
+                    for (int kx = 0; kx < KW; ++kx) hs[rr][kx] = 0.0f;
+                    continue;
+                }
+                row_hsums(xp, r0 + rr, c0, ok, hs[rr]);
+            }
+            if constexpr (SH == 1 && DH == 1) {   // sliding window over rows
 #pragma unroll
                 for (int kx = 0; kx < KW; ++kx) {
                     float t = 0.0f;
 #pragma unroll
-                    for (int i = 0; i < PKH; ++i) t += hs[i * SH + ky * DH][kx];
-                    acc[ky][kx] = t;
+                    for (int i = 0; i < PKH; ++i) t += hs[i][kx];
+                    acc[0][kx] = t;
+#pragma unroll
+                    for (int ky = 1; ky < KH; ++ky)
+                        acc[ky][kx] = acc[ky - 1][kx] - hs[ky - 1][kx] + hs[ky - 1 + PKH][kx];
                 }
+            } else {
+#pragma unroll
+                for (int ky = 0; ky < KH; ++ky)
+#pragma unroll
+                    for (int kx = 0; kx < KW; ++kx) {
+                        float t = 0.0f;
+#pragma unroll
+                        for (int i = 0; i < PKH; ++i) t += hs[i * SH + ky * DH][kx];
+                        acc[ky][kx] = t;
+                    }
+            }
         }
         if constexpr (!NEED_BOUNDS) {
 #pragma unroll
