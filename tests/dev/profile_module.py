@@ -4,7 +4,6 @@ Usage (GPU): python tests/dev/profile_module.py PROBLEM.py LABEL=model_new.py [L
 
 import argparse
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -12,7 +11,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import torch  # noqa: E402
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
-from tests.device.prebuild import build  # noqa: E402
+from tests.device.prebuild import build_labelled  # noqa: E402
 
 
 def kernel_table(fn, reps: int) -> list[tuple[str, int, float]]:
@@ -34,10 +33,7 @@ def main() -> int:
     ap.add_argument("modules", nargs="+", help="LABEL=path/to/model_new.py")
     ap.add_argument("--reps", type=int, default=20)
     a = ap.parse_args()
-    mods = [m.split("=", 1) for m in a.modules]
-    with ThreadPoolExecutor(len(mods)) as ex:
-        for name, secs, rc, err in ex.map(build, [Path(p) for _, p in mods]):
-            print(f"built {name} in {secs:.0f} s" if rc == 0 else f"BUILD FAIL {name}: {err[-1500:]}", flush=True)
+    mods = build_labelled(a.modules)
     user: dict = {"__name__": "problem"}
     exec(compile(Path(a.problem).read_text(), a.problem, "exec"), user)
     init = user["get_init_inputs"]()

@@ -9,7 +9,6 @@ A template edit of tests/dev/variants.py renders with `python tests/dev/variants
 
 import argparse
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -17,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import torch  # noqa: E402
 
 from kgen.bench import cuda_time_ms  # noqa: E402
-from tests.device.prebuild import build  # noqa: E402
+from tests.device.prebuild import build_labelled  # noqa: E402
 
 
 def main() -> int:
@@ -29,10 +28,7 @@ def main() -> int:
     ap.add_argument("--compile", action="store_true", help="also time torch.compile(Model) in the same run")
     a = ap.parse_args()
     torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = a.tf32
-    mods = [m.split("=", 1) for m in a.modules]
-    with ThreadPoolExecutor(len(mods)) as ex:
-        for name, secs, rc, err in ex.map(build, [Path(p) for _, p in mods]):
-            print(f"built {name} in {secs:.0f} s" if rc == 0 else f"BUILD FAIL {name}: {err[-1500:]}", flush=True)
+    mods = build_labelled(a.modules)
     user: dict = {"__name__": "problem"}
     exec(compile(Path(a.problem).read_text(), a.problem, "exec"), user)
     init = user["get_init_inputs"]()
