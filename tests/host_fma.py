@@ -42,7 +42,7 @@ PRELUDE = r"""
 struct float4 { float x, y, z, w; };
 struct float2 { float x, y; };
 struct HostIdx { unsigned x, y, z; };
-thread_local HostIdx threadIdx, blockIdx;
+thread_local HostIdx threadIdx, blockIdx, gridDim;
 static std::barrier<>* g_bar = nullptr;
 static std::vector<std::barrier<>*> g_warp_bars;  // one a warp of the running block
 inline void __syncthreads() { g_bar->arrive_and_wait(); }
@@ -140,6 +140,7 @@ void launch(unsigned gx, unsigned gy, unsigned gz, unsigned threads, F body) {
           ts.emplace_back([&, t] {
             threadIdx = HostIdx{t, 0, 0};
             blockIdx = HostIdx{bx, by, bz};
+            gridDim = HostIdx{gx, gy, gz};
             body();
             bar.arrive_and_drop();  // a thread that left lets the others pass later barriers
             g_warp_bars[t / 32]->arrive_and_drop();
@@ -174,9 +175,9 @@ def section(src: str, start: str, end: str) -> str:
 
 def host_source(kernel_cu: str, which: str, d: dict, n: int, tf32: bool) -> str:
     """A host program that runs kernel `which` ("grad_x", "forward", "forward_fold", "forward_cfold", "halo_forward",
-    "halo_cfold", "halo_grad_x", "halo_grad_w", "pw_grad_w", "direct_forward" or "direct_grad_x") of the rendered kernel.cu on inputs
+    "halo_fold", "halo_cfold", "halo_grad_x", "halo_grad_w", "pw_grad_w", "direct_forward" or "direct_grad_x") of the rendered kernel.cu on inputs
     read from in<k>.bin (grad_x: gz, w; grad_w: gz, x; the forwards: x, w, bias, the program's parameters) and writes
-    out.bin (the forwards: y, and z to z.bin; forward_fold: the first stage's output, one value an (image, channel);
+    out.bin (the forwards: y, and z to z.bin; forward_fold / halo_fold: the first stage's output, one value an (image, channel);
     forward_cfold / halo_cfold: the first stage's output with a reduction over channels folded in, one value an
     (image, position)); d is the family's derive() of the problem."""
     ns = re.search(r"^namespace (kgen_conv2d_epilogue_\w+_ns) \{", kernel_cu, re.M).group(1)
@@ -227,7 +228,7 @@ def host_source(kernel_cu: str, which: str, d: dict, n: int, tf32: bool) -> str:
         blocks = f"(({n}LL * {d['FMA_DX']['MAX_GROUPS']} + fdx::THREADS - 1) / fdx::THREADS)"
         run = grad_x(f"launch({blocks} * fdx::NPH, G, 1, fdx::THREADS, "
                      f"[&] {{ conv_grad_x_fma<{t}>(gz.data(), w.data(), gx.data(), {n}LL); }});")
-    elif which in ("halo_forward", "halo_cfold", "halo_grad_x", "halo_grad_w", "pw_grad_w"):  # on the emulated mma.sync
+    elif which in ("halo_forward", "halo_fold", "halo_cfold", "halo_grad_x", "halo_grad_w", "pw_grad_w"):  # on the emulated mma.sync
         tiles = section(kernel_cu, "// ---------------- tensor-core tile machinery", "// ---------------- forward ----------------")
         tiles, k = re.subn(r"// N = 1, 2 or 4 floats.*?cp\.async\.wait_group[^\n]*\n", "", tiles, flags=re.S)
         assert k == 1, "the tile section's cp.async helpers moved: update the host run's cut"
@@ -266,6 +267,15 @@ def host_source(kernel_cu: str, which: str, d: dict, n: int, tf32: bool) -> str:
   launch(pw::COMBOS, splits, 1, pw::THREADS, [&] {{ conv_grad_w_pw<{x3}, {"false" if d.get("PW_PRE_ROUNDED") else "true"}>(gz.data(), x.data(), part.data(), slices, chunk); }});
   launch((CO * KTOT + 255) / 256, 1, 1, 256, [&] {{ finish_grad_w(part.data(), splits, gw.data()); }});
   write_floats("out.bin", gw);"""
+        elif which == "halo_fold":  # HALO with FUSED_REDUCE: the folded instance's (image, channel, tile) partials, then fold_finish
+            reads, args = fold_inputs()
+            run = f"""{reads}
+  std::vector<float> wt(HaloF::WT_FLOATS, NAN), out((size_t){n} * CO, NAN), part((size_t){n} * CO * FOLD_TILES, NAN);
+  launch((HaloF::WT_FLOATS + 255) / 256, 1, 1, 256, [&] {{ arrange_weights<HaloF>(w.data(), wt.data(), {int(tf32)}); }});
+  launch({n} * HaloF::GRID_X_PER_IMAGE, G, 1, TileH::THREADS, [&] {{
+    conv_forward_halo<{x3}, true, false>(x.data(), bias, {args}part.data(), wt.data(), nullptr, nullptr); }});
+  launch(({n} * CO + 7) / 8, 1, 1, 256, [&] {{ fold_finish(part.data(), out.data(), {n}LL * CO); }});
+  write_floats("out.bin", out);"""
         elif which == "halo_cfold":  # HALO with FUSED_CREDUCE: the folded instance, then cfold_finish where it runs
             cr = d["FUSED_CREDUCE"]
             reads, args = fold_inputs()

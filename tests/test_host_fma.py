@@ -167,6 +167,37 @@ def test_forward_with_fmas_and_a_folded_reduction_is_pytorchs_on_the_cpu(tmp_pat
     torch.testing.assert_close(out.double(), ref.reshape(-1), atol=1e-4, rtol=1e-4)
 
 
+# A first reduction over (H, W) folded into the forward from halo tiles (FUSED_REDUCE on HALO), then fold_finish
+HALO_FOLD = [
+    # issue 9's gelu -> global average, smaller: one 8-channel chunk, stride 2, several tiles an image
+    ("ci8_co32_k5s2_gelu_global_avg", conv_epilogue_problem((2, 8, 40, 44), conv(8, 32, 5, stride=2),
+                                                            CONV_IN + ["return F.adaptive_avg_pool2d(F.gelu(x), 1).squeeze()"])),
+    # two chunks, 40 out channels, a program after the sum
+    ("ci16_co40_sum_sigmoid", conv_epilogue_problem((2, 16, 21, 26), conv(16, 40, 3, padding=1),
+                                                    CONV_IN + ["return torch.sigmoid(x.sum(dim=(2, 3)) * 0.01)"])),
+    # amax over groups of 8 input channels, dilated, keepdim
+    ("g2_ci16_amax_d2_keepdim", conv_epilogue_problem((2, 16, 19, 23), conv(16, 24, 3, dilation=(2, 1), groups=2),
+                                                      CONV_IN + ["return torch.amax(torch.relu(x), dim=(2, 3), keepdim=True)"])),
+]
+
+
+@pytest.mark.parametrize("tf32", [False, True], ids=["fp32", "tf32"])
+@pytest.mark.parametrize("cid,src", HALO_FOLD, ids=[c[0] for c in HALO_FOLD])
+def test_halo_forward_with_a_folded_reduction_is_pytorchs_on_the_cpu(tmp_path, cid, src, tf32):
+    """Inference with a first reduction over (H, W) folded into the forward from halo tiles (on the shim's emulated
+    mma.sync): per-(image, channel, tile) partials from the folded instance's staged tile, combined by fold_finish;
+    against the problem's Model in float64."""
+    spec, d, kernel = _problem(src)
+    if d["HALO"] is None or d["FUSED_REDUCE"] is None:
+        pytest.fail(f"{cid} no longer folds its reduction into the halo forward: pick a case that does")
+    n = 2
+    model, x, inputs = _forward_inputs(src, spec, d, n)
+    out = run_host(kernel, "halo_fold", d, inputs, n, tf32, tmp_path)
+    ref = _rounded_reference(model, x, tf32)[2]
+    assert ref.numel() == n * spec.CO
+    torch.testing.assert_close(out.double(), ref.reshape(-1), atol=1e-4, rtol=1e-4)
+
+
 # A first reduction over channels folded into the forward on FMAs (FUSED_CREDUCE), then cfold_finish
 FMA_CFOLD = ["fma_creduce_c3_min_c_keepdim_tanh", "fma_creduce_c3_co40_lse_c_half", "fma_creduce_g2_ci4_relu_mean_c",
              "fma_creduce_c3_co20_k5s2_amax_c"]
