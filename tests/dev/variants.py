@@ -122,8 +122,10 @@ def diff_edits(text: str) -> dict[str, list[tuple[str, str]]]:
     return edits
 
 
-# Larger prepared changes are kept as diffs (tests/dev/edits/NAME.diff, made with `git diff -- templates/...`); none
-# now: conv_train_fold_pool shipped in the eleventh session, conv_wgrad_vec_gz in the twelfth. Changes that add plan
+# Larger prepared changes are kept as diffs (tests/dev/edits/NAME.diff, made with `git diff -- templates/...`). Now:
+# conv_x3wg_persistent (fifty-first session, not run on a GPU): the folded 3xTF32 inference forward on wgmma as
+# persistent CTAs that stage B once (PERSIST_X3 in halo.cu.j2; its CPU check: tests/dev/persist_host_check.py).
+# conv_train_fold_pool shipped in the eleventh session, conv_wgrad_vec_gz in the twelfth. Changes that add plan
 # fields are kept as `git apply` patches (tests/dev/edits/NAME.patch): conv_halo_vec16 shipped in the thirteenth
 # session, conv_fwd_warp64 in the fourteenth as the halo forward's own tile (halo_tile: 4 x 1 warps from
 # HALO_WIDE_MIN_CHUNKS input-channel chunks on), conv_staged_epilogue in the twenty-first (EPI_STAGED), conv_halo_vec8
