@@ -3,7 +3,7 @@ persistent CTAs (PERSIST_X3) on the host shim (tests/host_fma.py), where X3WG (w
 forced on for the shim's mma.sync instance: the tile loop, B staged by a CTA's first tile only, the folded stage's
 scratch kept off B. Each problem runs on the full grid and on a few persistent CTAs; the two outputs must be the same
 bits and within 1e-4 of the problem's Model in float64.
-Usage: python tests/dev/persist_host_check.py   (needs g++; about a minute a problem)"""
+Usage: python tests/dev/persist_host_check.py   (needs g++; about 25 s)"""
 
 import sys
 import tempfile
