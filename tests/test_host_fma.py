@@ -156,12 +156,19 @@ FOLD = [
 def test_forward_with_fmas_and_a_folded_reduction_is_pytorchs_on_the_cpu(tmp_path, cid, src, tf32):
     """Inference with a first reduction over (H, W) folded into the forward on FMAs: per-(image, channel, tile)
     partials combined by fold_finish, which applies the stage's program; against the problem's Model in float64."""
+    _check_fold(tmp_path, cid, src, tf32, halo=False)
+
+
+def _check_fold(tmp_path, cid: str, src: str, tf32: bool, halo: bool) -> None:
+    """Runs a problem's folded (H, W) reduction on the host (the halo forward's, or the one on FMAs) and compares its
+    output, one value an (image, channel), with the problem's Model in float64."""
     spec, d, kernel = _problem(src)
-    if d["FMA_FWD"] is None or d["FUSED_REDUCE"] is None:
-        pytest.fail(f"{cid} no longer folds its reduction into the forward with FMAs: pick a case that does")
+    if d["HALO" if halo else "FMA_FWD"] is None or d["FUSED_REDUCE"] is None:
+        pytest.fail(f"{cid} no longer folds its reduction into the {'halo forward' if halo else 'forward with FMAs'}: "
+                    "pick a case that does")
     n = 2
     model, x, inputs = _forward_inputs(src, spec, d, n)
-    out = run_host(kernel, "forward_fold", d, inputs, n, tf32, tmp_path)
+    out = run_host(kernel, "halo_fold" if halo else "forward_fold", d, inputs, n, tf32, tmp_path)
     ref = _rounded_reference(model, x, tf32)[2]
     assert ref.numel() == n * spec.CO
     torch.testing.assert_close(out.double(), ref.reshape(-1), atol=1e-4, rtol=1e-4)
@@ -187,15 +194,7 @@ def test_halo_forward_with_a_folded_reduction_is_pytorchs_on_the_cpu(tmp_path, c
     """Inference with a first reduction over (H, W) folded into the forward from halo tiles (on the shim's emulated
     mma.sync): per-(image, channel, tile) partials from the folded instance's staged tile, combined by fold_finish;
     against the problem's Model in float64."""
-    spec, d, kernel = _problem(src)
-    if d["HALO"] is None or d["FUSED_REDUCE"] is None:
-        pytest.fail(f"{cid} no longer folds its reduction into the halo forward: pick a case that does")
-    n = 2
-    model, x, inputs = _forward_inputs(src, spec, d, n)
-    out = run_host(kernel, "halo_fold", d, inputs, n, tf32, tmp_path)
-    ref = _rounded_reference(model, x, tf32)[2]
-    assert ref.numel() == n * spec.CO
-    torch.testing.assert_close(out.double(), ref.reshape(-1), atol=1e-4, rtol=1e-4)
+    _check_fold(tmp_path, cid, src, tf32, halo=True)
 
 
 # A first reduction over channels folded into the forward on FMAs (FUSED_CREDUCE), then cfold_finish
