@@ -1,5 +1,5 @@
-// kgen_conv2d_avgpool_act_reduce_a0ba5824: torch glue for the fused Conv2d -> AvgPool2d -> sigmoid -> sum kernels in kernel.cu
-// (ops under torch.ops.kgen_conv2d_avgpool_act_reduce_a0ba5824; autograd in C++, see common/torch_glue.h). Each call runs in 3xTF32 (exact
+// kgen_conv2d_avgpool_act_reduce_db82dd54: torch glue for the fused Conv2d -> AvgPool2d -> sigmoid -> sum kernels in kernel.cu
+// (ops under torch.ops.kgen_conv2d_avgpool_act_reduce_db82dd54; autograd in C++, see common/torch_glue.h). Each call runs in 3xTF32 (exact
 // float32) or one TF32 pass as common/tf32_policy.h decides.
 // kgen fixed C++ glue helpers (pulled into each rendered binding by Jinja include).
 // Light headers only: torch/library.h, ATen/core, the autograd Function header and torch's pybind casters, not
@@ -152,10 +152,10 @@ inline bool grad_w(int64_t n) { (void)n; return allowed() && (every_pass() || tr
 #include <optional>
 #include <tuple>
 
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_a0ba5824_workspace_bytes(int64_t n, int backward, int tf32, size_t* bytes);
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_a0ba5824_forward(const float* x, const float* w, const float* b, float* out, void* workspace,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_db82dd54_workspace_bytes(int64_t n, int backward, int tf32, size_t* bytes);
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_db82dd54_forward(const float* x, const float* w, const float* b, float* out, void* workspace,
                                           int64_t n, int tf32, cudaStream_t stream);
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_a0ba5824_backward(const float* grad_out, const float* x, const float* w, const float* b,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_db82dd54_backward(const float* grad_out, const float* x, const float* w, const float* b,
                                            float* grad_x, float* grad_w, float* grad_b, void* workspace, int64_t n,
                                            int tf32, cudaStream_t stream);
 
@@ -184,7 +184,7 @@ const float* ptr_or_null(const at::Tensor& t) { return t.defined() ? t.data_ptr<
 // path and TF32 mode; uninitialised is fine.
 at::Tensor workspace(const at::Tensor& like, int64_t n, bool backward, int tf32) {
   size_t bytes = 0;
-  kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_a0ba5824_workspace_bytes(n, backward ? 1 : 0, tf32, &bytes), "workspace query", kProblem);
+  kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_db82dd54_workspace_bytes(n, backward ? 1 : 0, tf32, &bytes), "workspace query", kProblem);
   return at::empty({bytes > 0 ? static_cast<int64_t>(bytes) : 1}, like.options().dtype(at::kByte));
 }
 
@@ -195,7 +195,7 @@ at::Tensor forward(const at::Tensor& x_in, const at::Tensor& w_in, const std::op
   at::Tensor out = at::empty({n}, c.x.options());
   const int tf32 = kgen_tf32::forward(n) ? 1 : 0;
   at::Tensor ws = workspace(c.x, n, false, tf32);
-  kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_a0ba5824_forward(c.x.data_ptr<float>(), c.w.data_ptr<float>(), ptr_or_null(c.b),
+  kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_db82dd54_forward(c.x.data_ptr<float>(), c.w.data_ptr<float>(), ptr_or_null(c.b),
                                              out.data_ptr<float>(), ws.data_ptr(), n, tf32,
                                              c10::cuda::getCurrentCUDAStream().stream()), "fused forward", kProblem);
   return out;
@@ -219,7 +219,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(const at::Tensor& grad_o
     const int tf32 = (kgen_tf32::allowed() && (!output_mask[0] || kgen_tf32::grad_x(n)) &&
                       (!output_mask[1] || kgen_tf32::grad_w(n))) ? 1 : 0;
     at::Tensor ws = workspace(c.x, n, true, tf32);
-    kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_a0ba5824_backward(grad_out.data_ptr<float>(), c.x.data_ptr<float>(), c.w.data_ptr<float>(),
+    kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_db82dd54_backward(grad_out.data_ptr<float>(), c.x.data_ptr<float>(), c.w.data_ptr<float>(),
                                                 ptr_or_null(c.b), output_mask[0] ? gx.data_ptr<float>() : nullptr,
                                                 output_mask[1] ? gw.data_ptr<float>() : nullptr,
                                                 gb.numel() ? gb.data_ptr<float>() : nullptr, ws.data_ptr(), n, tf32,
@@ -236,7 +236,7 @@ using BackwardSig = std::tuple<at::Tensor, at::Tensor, at::Tensor>(const at::Ten
 struct FusedFunction : public torch::autograd::Function<FusedFunction> {
   static at::Tensor forward(kgen_glue::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w,
                             const std::optional<at::Tensor>& b) {
-    static const auto op = kgen_glue::typed_op<ForwardSig>("kgen_conv2d_avgpool_act_reduce_a0ba5824::forward");
+    static const auto op = kgen_glue::typed_op<ForwardSig>("kgen_conv2d_avgpool_act_reduce_db82dd54::forward");
     const bool has_bias = b.has_value() && b->defined();
     ctx->saved_data["has_bias"] = has_bias;
     ctx->save_for_backward({x, w, has_bias ? *b : at::Tensor()});
@@ -244,7 +244,7 @@ struct FusedFunction : public torch::autograd::Function<FusedFunction> {
     return op.call(x, w, b);
   }
   static kgen_glue::variable_list backward(kgen_glue::AutogradContext* ctx, kgen_glue::variable_list grads) {
-    static const auto op = kgen_glue::typed_op<BackwardSig>("kgen_conv2d_avgpool_act_reduce_a0ba5824::backward");
+    static const auto op = kgen_glue::typed_op<BackwardSig>("kgen_conv2d_avgpool_act_reduce_db82dd54::backward");
     const auto saved = ctx->get_saved_variables();
     const bool has_bias = ctx->saved_data["has_bias"].toBool();
     // input edges: x, weight, then bias only when it was given
@@ -262,21 +262,21 @@ at::Tensor forward_autograd(const at::Tensor& x, const at::Tensor& w, const std:
 
 }  // namespace
 
-TORCH_LIBRARY(kgen_conv2d_avgpool_act_reduce_a0ba5824, m) {
+TORCH_LIBRARY(kgen_conv2d_avgpool_act_reduce_db82dd54, m) {
   m.def("forward(Tensor x, Tensor weight, Tensor? bias) -> Tensor");
   m.def("backward(Tensor grad_out, Tensor x, Tensor weight, Tensor? bias, bool[3] output_mask) -> (Tensor, Tensor, Tensor)");
 }
 
 // CPU inputs reach the same functions, which reject them with a message saying what to do.
-TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_a0ba5824, CUDA, m) {
+TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_db82dd54, CUDA, m) {
   m.impl("forward", &forward);
   m.impl("backward", &backward);
 }
-TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_a0ba5824, CPU, m) {
+TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_db82dd54, CPU, m) {
   m.impl("forward", &forward);
   m.impl("backward", &backward);
 }
-TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_a0ba5824, Autograd, m) {
+TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_db82dd54, Autograd, m) {
   m.impl("forward", &forward_autograd);
 }
 

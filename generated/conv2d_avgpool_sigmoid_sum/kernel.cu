@@ -1,4 +1,4 @@
-// kgen: fused Conv2d -> AvgPool2d -> sigmoid -> sum over [C,H,W]  (kgen_conv2d_avgpool_act_reduce_a0ba5824)
+// kgen: fused Conv2d -> AvgPool2d -> sigmoid -> sum over [C,H,W]  (kgen_conv2d_avgpool_act_reduce_db82dd54)
 // Pool-first: conv followed by avg-pool is one linear map, so each pooled output is
 //   pre[n,co,ph,pw] = bias[co] + sum_k (W[co,k]/DIV) * Bs[n,ph,pw,k]   (k = ci*KH*KW + ky*KW + kx)
 // where Bs is a PKH x PKW box sum of the (zero-padded) input at the conv tap offsets.
@@ -95,7 +95,7 @@ struct Identity {
 
 #endif  // KGEN_ACTIVATION_CUH
 
-namespace kgen_conv2d_avgpool_act_reduce_a0ba5824_ns {
+namespace kgen_conv2d_avgpool_act_reduce_db82dd54_ns {
 
 // ---- 3xTF32 tensor-core helpers (mma.sync m16n8k8, fp32-level accuracy) ----
 // a = hi + lo with hi = rna(a) in tf32; lo is passed raw (the tensor core ignores its low 13 bits).
@@ -194,9 +194,10 @@ constexpr float BSCALE = (float)(PKH * PKW) / (float)DIV;  // avg-pool of a cons
 constexpr int CL_MAX = F_TILES < 8 ? F_TILES : 8;         // forward blocks per sample (cluster size on sm_90)
 constexpr bool VEC4 = (S_W % 4 == 0) && (PW % 4 == 0) && (W % 4 == 0);
 constexpr int PC4 = (PC + 3) / 4;
+constexpr int VW = VEC4 ? PC4 * 4 : PC;                    // floats one input row of a window loads
 // compute_as: windows of more loads than this are summed one row at a time (staging.cuh)
 constexpr int STREAM_LOADS = 48;
-constexpr bool STREAM_ROWS = PR * (VEC4 ? PC4 * 4 : PC) > STREAM_LOADS;
+constexpr bool STREAM_ROWS = PR * VW > STREAM_LOADS;
 constexpr int KPADW = KC8 > KC ? KC8 - KC : 1;
 __host__ __device__ constexpr bool row_used(int rr) {
     for (int i = 0; i < PKH; ++i)
@@ -441,7 +442,6 @@ __device__ __forceinline__ void stage_weights(float* Ws, const float* w, int ch)
 // zeroed outside the image, or where !ok): h[kx] = sum_j v[j*SW + kx*DW]. Every load is unconditional, so the row's
 // loads are in flight together.
 __device__ __forceinline__ void row_hsums(const float* __restrict__ xp, int r, int c0, bool ok, float (&h)[KW]) {
-    constexpr int VW = VEC4 ? PC4 * 4 : PC;
     float v[VW];
     const bool rok = NEED_BOUNDS ? (ok && (unsigned)r < (unsigned)H) : true;
     const float* rowp = xp + (size_t)(rok ? r : 0) * W;
@@ -1293,13 +1293,13 @@ static long long bwd_grid(int64_t n, const DevInfo& d, int tf32) {
     const long long tiles = (long long)n * B_TILES, wave = (long long)d.sms * d.bwd_per_sm[tf32];
     return tiles < wave ? tiles : wave;
 }
-}  // namespace kgen_conv2d_avgpool_act_reduce_a0ba5824_ns
+}  // namespace kgen_conv2d_avgpool_act_reduce_db82dd54_ns
 
 // Workspace bytes the forward (backward == 0) or the backward (backward != 0) needs at batch n on the current
 // device, in TF32 mode tf32 (0: 3xTF32, 1: one TF32 pass; the launch must pass the same). Uninitialised memory is
 // fine: every float the kernels read back was written earlier in the same call.
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_a0ba5824_workspace_bytes(int64_t n, int backward, int tf32, size_t* bytes) {
-    using namespace kgen_conv2d_avgpool_act_reduce_a0ba5824_ns;
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_db82dd54_workspace_bytes(int64_t n, int backward, int tf32, size_t* bytes) {
+    using namespace kgen_conv2d_avgpool_act_reduce_db82dd54_ns;
     tf32 = tf32 ? 1 : 0;
     *bytes = 0;
     if (n <= 0) return cudaSuccess;
@@ -1316,9 +1316,9 @@ extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_a0ba5824_workspace_bytes(i
     return cudaSuccess;
 }
 
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_a0ba5824_forward(const float* x, const float* w, const float* b, float* out,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_db82dd54_forward(const float* x, const float* w, const float* b, float* out,
                                          void* workspace, int64_t n, int tf32, cudaStream_t stream) {
-    using namespace kgen_conv2d_avgpool_act_reduce_a0ba5824_ns;
+    using namespace kgen_conv2d_avgpool_act_reduce_db82dd54_ns;
     if (n <= 0) return cudaSuccess;
     tf32 = tf32 ? 1 : 0;
     const DevInfo* d = nullptr;
@@ -1352,10 +1352,10 @@ extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_a0ba5824_forward(const flo
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_a0ba5824_backward(const float* grad_out, const float* x, const float* w, const float* b,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_db82dd54_backward(const float* grad_out, const float* x, const float* w, const float* b,
                                           float* grad_x, float* grad_w, float* grad_b, void* workspace,
                                           int64_t n, int tf32, cudaStream_t stream) {
-    using namespace kgen_conv2d_avgpool_act_reduce_a0ba5824_ns;
+    using namespace kgen_conv2d_avgpool_act_reduce_db82dd54_ns;
     tf32 = tf32 ? 1 : 0;
     const int want_wb = (grad_w != nullptr || grad_b != nullptr) ? 1 : 0;
     float* part = static_cast<float*>(workspace);

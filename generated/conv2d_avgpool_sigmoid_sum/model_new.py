@@ -2,7 +2,7 @@
 
 Do not edit: regenerate with `kgen generate kgen/problems/conv2d_avgpool_sigmoid_sum.py` (a hand edit makes kgen refuse to overwrite
 this file without --force).
-kgen-checksum: a9092096830973d8843dddeb4e979313be8f547500c62665df7ded45a27987fb
+kgen-checksum: f229803ed32c8072e9275a8ae541811a69c2a43009ca4f50ae9052de2e1443d0
 
 Family conv2d_avgpool_act_reduce; spec 52613d086abfd65f:
     CI = 8
@@ -44,7 +44,7 @@ How it works:
 The CUDA and C++ sources below are also written beside this file (kernel.cu, binding.cpp) for reading. They are
 compiled on first import into the extension kgen_conv2d_avgpool_act_reduce_<hash> (the hash covers the sources, compiler flags,
 torch and CUDA versions and the target architectures), cached under $KGEN_CACHE_DIR (else
-$TORCH_EXTENSIONS_DIR/kgen, else ~/.cache/kgen), and loaded from there afterwards. Ops: torch.ops.kgen_conv2d_avgpool_act_reduce_a0ba5824.forward / .backward; autograd is registered in C++ (the
+$TORCH_EXTENSIONS_DIR/kgen, else ~/.cache/kgen), and loaded from there afterwards. Ops: torch.ops.kgen_conv2d_avgpool_act_reduce_db82dd54.forward / .backward; autograd is registered in C++ (the
 Autograd dispatch key) and fake kernels below, so a training step runs no Python beyond forward's call, and
 torch.compile(fullgraph=True) and torch.library.opcheck work.
 """
@@ -378,8 +378,8 @@ def kgen_load_extension(namespace, cuda_source, cpp_source):
     return module
 
 # ---- generated kernels ------------------------------------------------------------------------------------------
-KGEN_NAMESPACE = "kgen_conv2d_avgpool_act_reduce_a0ba5824"
-KGEN_CUDA_SOURCE = r'''// kgen: fused Conv2d -> AvgPool2d -> sigmoid -> sum over [C,H,W]  (kgen_conv2d_avgpool_act_reduce_a0ba5824)
+KGEN_NAMESPACE = "kgen_conv2d_avgpool_act_reduce_db82dd54"
+KGEN_CUDA_SOURCE = r'''// kgen: fused Conv2d -> AvgPool2d -> sigmoid -> sum over [C,H,W]  (kgen_conv2d_avgpool_act_reduce_db82dd54)
 // Pool-first: conv followed by avg-pool is one linear map, so each pooled output is
 //   pre[n,co,ph,pw] = bias[co] + sum_k (W[co,k]/DIV) * Bs[n,ph,pw,k]   (k = ci*KH*KW + ky*KW + kx)
 // where Bs is a PKH x PKW box sum of the (zero-padded) input at the conv tap offsets.
@@ -476,7 +476,7 @@ struct Identity {
 
 #endif  // KGEN_ACTIVATION_CUH
 
-namespace kgen_conv2d_avgpool_act_reduce_a0ba5824_ns {
+namespace kgen_conv2d_avgpool_act_reduce_db82dd54_ns {
 
 // ---- 3xTF32 tensor-core helpers (mma.sync m16n8k8, fp32-level accuracy) ----
 // a = hi + lo with hi = rna(a) in tf32; lo is passed raw (the tensor core ignores its low 13 bits).
@@ -575,9 +575,10 @@ constexpr float BSCALE = (float)(PKH * PKW) / (float)DIV;  // avg-pool of a cons
 constexpr int CL_MAX = F_TILES < 8 ? F_TILES : 8;         // forward blocks per sample (cluster size on sm_90)
 constexpr bool VEC4 = (S_W % 4 == 0) && (PW % 4 == 0) && (W % 4 == 0);
 constexpr int PC4 = (PC + 3) / 4;
+constexpr int VW = VEC4 ? PC4 * 4 : PC;                    // floats one input row of a window loads
 // compute_as: windows of more loads than this are summed one row at a time (staging.cuh)
 constexpr int STREAM_LOADS = 48;
-constexpr bool STREAM_ROWS = PR * (VEC4 ? PC4 * 4 : PC) > STREAM_LOADS;
+constexpr bool STREAM_ROWS = PR * VW > STREAM_LOADS;
 constexpr int KPADW = KC8 > KC ? KC8 - KC : 1;
 __host__ __device__ constexpr bool row_used(int rr) {
     for (int i = 0; i < PKH; ++i)
@@ -822,7 +823,6 @@ __device__ __forceinline__ void stage_weights(float* Ws, const float* w, int ch)
 // zeroed outside the image, or where !ok): h[kx] = sum_j v[j*SW + kx*DW]. Every load is unconditional, so the row's
 // loads are in flight together.
 __device__ __forceinline__ void row_hsums(const float* __restrict__ xp, int r, int c0, bool ok, float (&h)[KW]) {
-    constexpr int VW = VEC4 ? PC4 * 4 : PC;
     float v[VW];
     const bool rok = NEED_BOUNDS ? (ok && (unsigned)r < (unsigned)H) : true;
     const float* rowp = xp + (size_t)(rok ? r : 0) * W;
@@ -1674,13 +1674,13 @@ static long long bwd_grid(int64_t n, const DevInfo& d, int tf32) {
     const long long tiles = (long long)n * B_TILES, wave = (long long)d.sms * d.bwd_per_sm[tf32];
     return tiles < wave ? tiles : wave;
 }
-}  // namespace kgen_conv2d_avgpool_act_reduce_a0ba5824_ns
+}  // namespace kgen_conv2d_avgpool_act_reduce_db82dd54_ns
 
 // Workspace bytes the forward (backward == 0) or the backward (backward != 0) needs at batch n on the current
 // device, in TF32 mode tf32 (0: 3xTF32, 1: one TF32 pass; the launch must pass the same). Uninitialised memory is
 // fine: every float the kernels read back was written earlier in the same call.
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_a0ba5824_workspace_bytes(int64_t n, int backward, int tf32, size_t* bytes) {
-    using namespace kgen_conv2d_avgpool_act_reduce_a0ba5824_ns;
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_db82dd54_workspace_bytes(int64_t n, int backward, int tf32, size_t* bytes) {
+    using namespace kgen_conv2d_avgpool_act_reduce_db82dd54_ns;
     tf32 = tf32 ? 1 : 0;
     *bytes = 0;
     if (n <= 0) return cudaSuccess;
@@ -1697,9 +1697,9 @@ extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_a0ba5824_workspace_bytes(i
     return cudaSuccess;
 }
 
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_a0ba5824_forward(const float* x, const float* w, const float* b, float* out,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_db82dd54_forward(const float* x, const float* w, const float* b, float* out,
                                          void* workspace, int64_t n, int tf32, cudaStream_t stream) {
-    using namespace kgen_conv2d_avgpool_act_reduce_a0ba5824_ns;
+    using namespace kgen_conv2d_avgpool_act_reduce_db82dd54_ns;
     if (n <= 0) return cudaSuccess;
     tf32 = tf32 ? 1 : 0;
     const DevInfo* d = nullptr;
@@ -1733,10 +1733,10 @@ extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_a0ba5824_forward(const flo
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_a0ba5824_backward(const float* grad_out, const float* x, const float* w, const float* b,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_db82dd54_backward(const float* grad_out, const float* x, const float* w, const float* b,
                                           float* grad_x, float* grad_w, float* grad_b, void* workspace,
                                           int64_t n, int tf32, cudaStream_t stream) {
-    using namespace kgen_conv2d_avgpool_act_reduce_a0ba5824_ns;
+    using namespace kgen_conv2d_avgpool_act_reduce_db82dd54_ns;
     tf32 = tf32 ? 1 : 0;
     const int want_wb = (grad_w != nullptr || grad_b != nullptr) ? 1 : 0;
     float* part = static_cast<float*>(workspace);
@@ -1758,8 +1758,8 @@ extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_a0ba5824_backward(const fl
     return cudaSuccess;
 }
 '''
-KGEN_CPP_SOURCE = r'''// kgen_conv2d_avgpool_act_reduce_a0ba5824: torch glue for the fused Conv2d -> AvgPool2d -> sigmoid -> sum kernels in kernel.cu
-// (ops under torch.ops.kgen_conv2d_avgpool_act_reduce_a0ba5824; autograd in C++, see common/torch_glue.h). Each call runs in 3xTF32 (exact
+KGEN_CPP_SOURCE = r'''// kgen_conv2d_avgpool_act_reduce_db82dd54: torch glue for the fused Conv2d -> AvgPool2d -> sigmoid -> sum kernels in kernel.cu
+// (ops under torch.ops.kgen_conv2d_avgpool_act_reduce_db82dd54; autograd in C++, see common/torch_glue.h). Each call runs in 3xTF32 (exact
 // float32) or one TF32 pass as common/tf32_policy.h decides.
 // kgen fixed C++ glue helpers (pulled into each rendered binding by Jinja include).
 // Light headers only: torch/library.h, ATen/core, the autograd Function header and torch's pybind casters, not
@@ -1912,10 +1912,10 @@ inline bool grad_w(int64_t n) { (void)n; return allowed() && (every_pass() || tr
 #include <optional>
 #include <tuple>
 
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_a0ba5824_workspace_bytes(int64_t n, int backward, int tf32, size_t* bytes);
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_a0ba5824_forward(const float* x, const float* w, const float* b, float* out, void* workspace,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_db82dd54_workspace_bytes(int64_t n, int backward, int tf32, size_t* bytes);
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_db82dd54_forward(const float* x, const float* w, const float* b, float* out, void* workspace,
                                           int64_t n, int tf32, cudaStream_t stream);
-extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_a0ba5824_backward(const float* grad_out, const float* x, const float* w, const float* b,
+extern "C" cudaError_t kgen_conv2d_avgpool_act_reduce_db82dd54_backward(const float* grad_out, const float* x, const float* w, const float* b,
                                            float* grad_x, float* grad_w, float* grad_b, void* workspace, int64_t n,
                                            int tf32, cudaStream_t stream);
 
@@ -1944,7 +1944,7 @@ const float* ptr_or_null(const at::Tensor& t) { return t.defined() ? t.data_ptr<
 // path and TF32 mode; uninitialised is fine.
 at::Tensor workspace(const at::Tensor& like, int64_t n, bool backward, int tf32) {
   size_t bytes = 0;
-  kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_a0ba5824_workspace_bytes(n, backward ? 1 : 0, tf32, &bytes), "workspace query", kProblem);
+  kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_db82dd54_workspace_bytes(n, backward ? 1 : 0, tf32, &bytes), "workspace query", kProblem);
   return at::empty({bytes > 0 ? static_cast<int64_t>(bytes) : 1}, like.options().dtype(at::kByte));
 }
 
@@ -1955,7 +1955,7 @@ at::Tensor forward(const at::Tensor& x_in, const at::Tensor& w_in, const std::op
   at::Tensor out = at::empty({n}, c.x.options());
   const int tf32 = kgen_tf32::forward(n) ? 1 : 0;
   at::Tensor ws = workspace(c.x, n, false, tf32);
-  kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_a0ba5824_forward(c.x.data_ptr<float>(), c.w.data_ptr<float>(), ptr_or_null(c.b),
+  kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_db82dd54_forward(c.x.data_ptr<float>(), c.w.data_ptr<float>(), ptr_or_null(c.b),
                                              out.data_ptr<float>(), ws.data_ptr(), n, tf32,
                                              c10::cuda::getCurrentCUDAStream().stream()), "fused forward", kProblem);
   return out;
@@ -1979,7 +1979,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(const at::Tensor& grad_o
     const int tf32 = (kgen_tf32::allowed() && (!output_mask[0] || kgen_tf32::grad_x(n)) &&
                       (!output_mask[1] || kgen_tf32::grad_w(n))) ? 1 : 0;
     at::Tensor ws = workspace(c.x, n, true, tf32);
-    kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_a0ba5824_backward(grad_out.data_ptr<float>(), c.x.data_ptr<float>(), c.w.data_ptr<float>(),
+    kgen_glue::check_launch(kgen_conv2d_avgpool_act_reduce_db82dd54_backward(grad_out.data_ptr<float>(), c.x.data_ptr<float>(), c.w.data_ptr<float>(),
                                                 ptr_or_null(c.b), output_mask[0] ? gx.data_ptr<float>() : nullptr,
                                                 output_mask[1] ? gw.data_ptr<float>() : nullptr,
                                                 gb.numel() ? gb.data_ptr<float>() : nullptr, ws.data_ptr(), n, tf32,
@@ -1996,7 +1996,7 @@ using BackwardSig = std::tuple<at::Tensor, at::Tensor, at::Tensor>(const at::Ten
 struct FusedFunction : public torch::autograd::Function<FusedFunction> {
   static at::Tensor forward(kgen_glue::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w,
                             const std::optional<at::Tensor>& b) {
-    static const auto op = kgen_glue::typed_op<ForwardSig>("kgen_conv2d_avgpool_act_reduce_a0ba5824::forward");
+    static const auto op = kgen_glue::typed_op<ForwardSig>("kgen_conv2d_avgpool_act_reduce_db82dd54::forward");
     const bool has_bias = b.has_value() && b->defined();
     ctx->saved_data["has_bias"] = has_bias;
     ctx->save_for_backward({x, w, has_bias ? *b : at::Tensor()});
@@ -2004,7 +2004,7 @@ struct FusedFunction : public torch::autograd::Function<FusedFunction> {
     return op.call(x, w, b);
   }
   static kgen_glue::variable_list backward(kgen_glue::AutogradContext* ctx, kgen_glue::variable_list grads) {
-    static const auto op = kgen_glue::typed_op<BackwardSig>("kgen_conv2d_avgpool_act_reduce_a0ba5824::backward");
+    static const auto op = kgen_glue::typed_op<BackwardSig>("kgen_conv2d_avgpool_act_reduce_db82dd54::backward");
     const auto saved = ctx->get_saved_variables();
     const bool has_bias = ctx->saved_data["has_bias"].toBool();
     // input edges: x, weight, then bias only when it was given
@@ -2022,21 +2022,21 @@ at::Tensor forward_autograd(const at::Tensor& x, const at::Tensor& w, const std:
 
 }  // namespace
 
-TORCH_LIBRARY(kgen_conv2d_avgpool_act_reduce_a0ba5824, m) {
+TORCH_LIBRARY(kgen_conv2d_avgpool_act_reduce_db82dd54, m) {
   m.def("forward(Tensor x, Tensor weight, Tensor? bias) -> Tensor");
   m.def("backward(Tensor grad_out, Tensor x, Tensor weight, Tensor? bias, bool[3] output_mask) -> (Tensor, Tensor, Tensor)");
 }
 
 // CPU inputs reach the same functions, which reject them with a message saying what to do.
-TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_a0ba5824, CUDA, m) {
+TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_db82dd54, CUDA, m) {
   m.impl("forward", &forward);
   m.impl("backward", &backward);
 }
-TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_a0ba5824, CPU, m) {
+TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_db82dd54, CPU, m) {
   m.impl("forward", &forward);
   m.impl("backward", &backward);
 }
-TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_a0ba5824, Autograd, m) {
+TORCH_LIBRARY_IMPL(kgen_conv2d_avgpool_act_reduce_db82dd54, Autograd, m) {
   m.impl("forward", &forward_autograd);
 }
 
@@ -2102,8 +2102,8 @@ def kgen_register():
                 weight.new_empty(weight.shape) if output_mask[1] else none,
                 bias.new_empty(bias.shape) if (output_mask[2] and bias is not None) else none)
 
-    torch.library.register_fake("kgen_conv2d_avgpool_act_reduce_a0ba5824::forward", forward_fake)
-    torch.library.register_fake("kgen_conv2d_avgpool_act_reduce_a0ba5824::backward", backward_fake)
+    torch.library.register_fake("kgen_conv2d_avgpool_act_reduce_db82dd54::forward", forward_fake)
+    torch.library.register_fake("kgen_conv2d_avgpool_act_reduce_db82dd54::backward", backward_fake)
 
 
 class ModelNew(nn.Module):

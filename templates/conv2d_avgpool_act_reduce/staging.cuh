@@ -57,7 +57,6 @@ __device__ __forceinline__ void stage_weights(float* Ws, const float* w, int ch)
 // zeroed outside the image, or where !ok): h[kx] = sum_j v[j*SW + kx*DW]. Every load is unconditional, so the row's
 // loads are in flight together.
 __device__ __forceinline__ void row_hsums(const float* __restrict__ xp, int r, int c0, bool ok, float (&h)[KW]) {
-    constexpr int VW = VEC4 ? PC4 * 4 : PC;
     float v[VW];
     const bool rok = NEED_BOUNDS ? (ok && (unsigned)r < (unsigned)H) : true;
     const float* rowp = xp + (size_t)(rok ? r : 0) * W;
