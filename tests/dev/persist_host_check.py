@@ -20,12 +20,18 @@ from tests.test_host_fma import HALO_FOLD, _forward_inputs, _problem, _rounded_r
 FORCE = ("constexpr bool PERSIST_X3 = HaloF::X3WG && ", "constexpr bool PERSIST_X3 = ")
 
 
-def run(src: str, ctas: int | None, work: Path) -> tuple[torch.Tensor, torch.Tensor, bool]:
-    """(kgen's output, float64's, whether PERSIST_X3 held) on `ctas` persistent CTAs a group (None: the full grid)."""
+def prepare(src: str):
+    """The problem rendered with the edit (PERSIST_X3 forced on), its derive(), the kernels' inputs at batch 2 and the
+    float64 reference output."""
     with template_edits(EDITS["conv_x3wg_persistent"]):
         spec, d, kernel = _problem(src)
     assert kernel.count(FORCE[0]) == 1, "the edit's PERSIST_X3 line moved"
-    kernel = kernel.replace(*FORCE)
+    model, x, inputs = _forward_inputs(src, spec, d, 2)
+    return kernel.replace(*FORCE), d, inputs, _rounded_reference(model, x, False)[2].reshape(-1)
+
+
+def run(kernel: str, d: dict, inputs: list, ctas: int | None, work: Path) -> tuple[torch.Tensor, bool]:
+    """(kgen's output, whether PERSIST_X3 held) on `ctas` persistent CTAs a group (None: the full grid)."""
     orig = host.host_source
 
     def source(kernel_cu, which, d_, n, tf32):
@@ -41,25 +47,23 @@ def run(src: str, ctas: int | None, work: Path) -> tuple[torch.Tensor, torch.Ten
 
     host.host_source = source
     try:
-        n = 2
-        model, x, inputs = _forward_inputs(src, spec, d, n)
-        out = host.run_host(kernel, "halo_fold", d, inputs, n, False, work)
+        out = host.run_host(kernel, "halo_fold", d, inputs, 2, False, work)
     finally:
         host.host_source = orig
-    held = (work / "persist.txt").read_text() == "1"
-    return out, _rounded_reference(model, x, False)[2].reshape(-1), held
+    return out, (work / "persist.txt").read_text() == "1"
 
 
 def main() -> int:
     bad = 0
     for cid, src in HALO_FOLD:
+        kernel, d, inputs, ref = prepare(src)
         with tempfile.TemporaryDirectory() as t:
-            full, ref, held = run(src, None, Path(t) / "full")
+            full, held = run(kernel, d, inputs, None, Path(t) / "full")
             err = float((full.double() - ref).abs().max())
             ok = torch.allclose(full.double(), ref, atol=1e-4, rtol=1e-4)
             line = f"the full grid: largest |kgen - float64| {err:.2e}"
             if held:  # a few CTAs walk every tile: the same bits
-                few = run(src, 3, Path(t) / "few")[0]
+                few = run(kernel, d, inputs, 3, Path(t) / "few")[0]
                 ok = ok and torch.equal(full, few)
                 line += f"; 3 persistent CTAs a group {'give the same bits' if torch.equal(full, few) else 'DIFFER'}"
             else:

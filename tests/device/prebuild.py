@@ -38,11 +38,11 @@ def build(path: Path) -> tuple[str, float, int, str]:
 
 def build_labelled(modules: list[str]) -> list[tuple[str, str]]:
     """Build "LABEL=path/to/model_new.py" modules at once (one process each), printing a line each; (label, path)."""
-    mods = [m.split("=", 1) for m in modules]
+    mods = [tuple(m.split("=", 1)) for m in modules]
     with ThreadPoolExecutor(len(mods)) as ex:
         for name, secs, rc, err in ex.map(build, [Path(p) for _, p in mods]):
             print(f"built {name} in {secs:.0f} s" if rc == 0 else f"BUILD FAIL {name}: {err[-1500:]}", flush=True)
-    return [(label, path) for label, path in mods]
+    return mods
 
 
 def main() -> int:
