@@ -218,6 +218,8 @@ def run(problem: Path, warmup: int = 5, reps: int = 20, with_compile: bool = Tru
         rows.append(row)
     kg = rows[-1]
     floor_fwd, floor_train = fwd_bytes / bw / 1e6, train_bytes / bw / 1e6
+    for r in rows:
+        r["floor_fwd_ms"], r["floor_train_ms"] = floor_fwd, floor_train
     print(f"{gen.problem} ({family.NAME}{', TF32 allowed' if tf32 else ''}) on {torch.cuda.get_device_name()}, torch {torch.__version__}, "
           f"{datetime.date.today()}: copy bandwidth {bw:.0f} GB/s; rel. error vs eager {err:.2e}")
     print(f"memory floor: forward {floor_fwd:.3f} ms ({fwd_bytes / 1e9:.2f} GB), forward+backward {floor_train:.3f} ms "
@@ -266,6 +268,53 @@ def script_parser(doc: str) -> argparse.ArgumentParser:
     ap.add_argument("--prebuild", type=int, default=0, metavar="JOBS",
                     help="build every problem's extension first, JOBS at a time (default 0: each when first timed)")
     return ap
+
+
+def draw_line(name: str, rows: list[dict] | str, what: str) -> tuple[float, str]:
+    """(the smallest of kgen's ratios to eager, one line) for a random draw: forward and step back-to-back, the forward
+    one call per sample with autograd on (as KernelBench's harness times it) where timed, torch.compile's ratios where
+    it ran, and kgen's share of the forward and step memory floors; > 1: kgen faster. A failed draw: (0, its error)."""
+    if isinstance(rows, str):
+        return 0.0, f"  {name:<8} FAILED {rows}  | {what}"
+    by = {r["provider"]: r for r in rows}
+    k = by["kgen"]
+
+    def ratios(r: dict) -> tuple[float, float, float]:
+        return r["fwd_ms"] / k["fwd_ms"], r["fwd_grad_call_ms"] / k["fwd_grad_call_ms"], r["train_ms"] / k["train_ms"]
+
+    e = ratios(by["eager"])
+    line = (f"  {name:<8} fwd {k['fwd_ms']:7.3f} ms {e[0]:5.2f}x  fwd(grad)/call {e[1]:5.2f}x  "
+            f"step {k['train_ms']:7.3f} ms {e[2]:5.2f}x")
+    if "torch.compile" in by:
+        c = ratios(by["torch.compile"])
+        line += f"  compile {c[0]:5.2f}x / {c[1]:5.2f}x / {c[2]:5.2f}x"
+    line += f"  floor {k['floor_fwd_ms'] / k['fwd_ms']:4.0%} / {k['floor_train_ms'] / k['train_ms']:4.0%}  | {what}"
+    return min(x for x in e if x == x), line
+
+
+def run_draws(sources: dict[str, str], a: argparse.Namespace, modes: list[bool], describe, prefix: str) -> int:
+    """Times random draws (name -> problem text) as the named problems are timed, in each TF32 mode, then prints a
+    draw_line each (describe(source): what the draw is) and the six slowest against eager. A draw kgen fails on
+    (refused, or outside the check's tolerance) is reported and the rest still run. Exit status 1 if any failed."""
+    warmup, reps = samples(a.quick)
+    paths = write_problems(prefix, sources, a.prebuild)
+    failed = False
+    for tf32 in modes:
+        results = []
+        for path in paths:
+            try:
+                rows = run(path, warmup=warmup, reps=reps, with_compile=not a.no_compile, per_call=a.per_call,
+                           csv=a.csv, tf32=tf32)
+            except Exception as exc:  # a benchmark sweep reports a failing draw and goes on
+                rows = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ''}"
+                failed = True
+            results.append(draw_line(path.stem, rows, describe(sources[path.stem])) + (path.stem,))
+            print(f"\n{results[-1][1]}\n", flush=True)
+        print(f"random problems{', TF32 allowed' if tf32 else ''}: eager / kgen (> 1: kgen faster; compile: "
+              "torch.compile / kgen, fwd / fwd(grad) per call / step; floor: kgen's share of the forward / step floor)")
+        print("\n".join(line for _, line, _ in results))
+        print("slowest (smallest ratio): " + ", ".join(f"{n} {x:.2f}x" for x, _, n in sorted(results)[:6]))
+    return 1 if failed else 0
 
 
 def samples(quick: bool) -> tuple[int, int]:

@@ -170,8 +170,30 @@ def _windows_reach_input(size: int, k: int, s: int, p: int, d: int, out: int) ->
     return all(any(0 <= o * s - p + t * d < size for t in range(k)) for o in range(out))
 
 
+def case_ok(op: str, nd: int, shape: tuple, kw: dict) -> bool:
+    """PyTorch takes the call and gives a non-empty output, and (max pooling) every window holds an input element."""
+    try:
+        result = _meta_result(op, nd, shape, dict(kw))
+    except (RuntimeError, ValueError, TypeError):
+        return False
+    y = result[0] if isinstance(result, tuple) else result
+    if y.numel() == 0 or min(y.shape[-nd:]) <= 0:
+        return False
+    if op != "max":
+        return True
+    lift = lambda v: v if isinstance(v, tuple) else (v,) * nd  # noqa: E731
+    k, s = lift(kw["kernel_size"]), lift(kw.get("stride") or kw["kernel_size"])
+    p, d = lift(kw.get("padding", 0)), lift(kw.get("dilation", 1))
+    return all(_windows_reach_input(n, *a) for n, *a in zip(shape[-nd:], k, s, p, d, y.shape[-nd:]))
+
+
 def random_problem(rng: random.Random) -> str:
     """A random problem anywhere in the pool family's scope: every op, rank, argument, dtype and form."""
+    return pool_problem(*random_case(rng))
+
+
+def random_case(rng: random.Random) -> tuple:
+    """random_problem's draw as pool_problem's arguments (op, nd, shape, kw, form, index, dtype)."""
     while True:
         op, nd, dtype = rng.choice(OPS), rng.choice((1, 2, 3)), rng.choice(DTYPES)
         hi = {1: 120, 2: 24, 3: 11}[nd]
@@ -238,22 +260,11 @@ def random_problem(rng: random.Random) -> str:
         form = rng.choice(forms)
         returns_tuple = kw.get("return_indices", False) or (form == "torch" and op == "adaptive_max")
         index = rng.choice((None, 0, 1)) if returns_tuple else None
-        try:  # the draw must be a call PyTorch accepts
-            result = _meta_result(op, nd, shape, {k: v for k, v in kw.items()})
-        except (RuntimeError, ValueError, TypeError):
-            continue
-        y = result[0] if isinstance(result, tuple) else result
-        if y.numel() == 0 or min(y.shape[-nd:]) <= 0:
+        if not case_ok(op, nd, shape, kw):  # a call PyTorch accepts, every max window reaching the input
             continue
         if form == "torch" and op == "max":  # torch.max_pool<nd>d has no default stride
             kw.setdefault("stride", kw["kernel_size"])
-        if op == "max":
-            lift = lambda v: v if isinstance(v, tuple) else (v,) * nd  # noqa: E731
-            k, s = lift(kw["kernel_size"]), lift(kw.get("stride", kw["kernel_size"]))
-            p, d = lift(kw.get("padding", 0)), lift(kw.get("dilation", 1))
-            if not all(_windows_reach_input(n, *a) for n, *a in zip(size, k, s, p, d, y.shape[-nd:])):
-                continue
-        return pool_problem(op, nd, shape, kw, form, index, dtype)
+        return op, nd, shape, kw, form, index, dtype
 
 
 # ------------------------------------------------------------------------------------------------------- CPU tier
@@ -283,6 +294,33 @@ def test_random_draws_reach_every_max_backward():
     assert sum(1 for t in tile if t["t_block"][0] > 1) >= 2  # 3-d blocks
     assert sum(1 for pl in plans if pl["backward"] == "scatter") >= 4
     assert sum(1 for pl in plans if pl["backward"] == "gather" and pl["bwd_tiling"].get("b_gq")) >= 3
+
+
+def test_random_benchmark_draws_are_pool_problems_at_benchmark_size():
+    """bench_pool.py --random: each draw is a problem this family matches, its input 16-512 MB (within the batch's
+    rounding) with no spatial side below the smallest benchmark side, its output shape PyTorch's, and its summary
+    line names its call and input."""
+    from tests.bench.bench_pool import SIDES, describe, random_benchmark_sources
+
+    sources = random_benchmark_sources(24, 1)
+    assert len(sources) == 24 and len(set(sources.values())) == 24
+    assert set(DTYPES) == {s.split("dtype=torch.")[-1].split(")")[0] if "dtype=" in s else "float32"
+                                   for s in sources.values()}
+    for name, src in sources.items():
+        spec, problem = _spec(src)
+        x = problem.input_shapes[0]
+        mb = math.prod(x) * (2 if "dtype=torch." in src else 4) / 1e6
+        assert 4 <= mb <= 1100, (name, x)  # 16-512 MB drawn; batch and channel counts round
+        low = (SIDES[1][0],) if spec.nd == 1 else (SIDES[2][0],) * 2 if spec.nd == 2 else (SIDES[3][0][0], SIDES[3][1][0], SIDES[3][1][0])
+        assert all(s >= lo for s, lo in zip(x[-spec.nd:], low)), (name, x)
+        ns: dict = {"__name__": "ref"}
+        exec(compile(src, "<problem>", "exec"), ns)
+        with torch.device("meta"):  # PyTorch's output shape without materializing the input
+            out = ns["Model"]()(*ns["get_inputs"]())
+        values = out[0] if isinstance(out, tuple) else out
+        assert tuple(values.shape[-spec.nd - 1:]) == (spec.C,) + spec.out, name
+        line = describe(src)
+        assert "pool" in line and "torch.rand(" + ", ".join(map(str, x)) in line, line
 
 
 @pytest.mark.parametrize("seed", range(60))

@@ -137,19 +137,6 @@ def describe(source: str) -> str:
             f"{'Conv2d' if m else 'F.conv2d'}({consts['in_channels']}->{consts['out_channels']}, {consts['kernel_size']}{conv}); " + "; ".join(lines))
 
 
-def summary_line(name: str, source: str, rows: list[dict] | str) -> tuple[float, str]:
-    """(the smallest of kgen's ratios to eager, one line): forward and step back-to-back, and the forward one call per
-    sample with autograd on (as KernelBench's harness times it); > 1: kgen faster. A failed draw: (0, its error)."""
-    if isinstance(rows, str):
-        return 0.0, f"  {name:<8} FAILED {rows}  | {describe(source)}"
-    by = {r["provider"]: r for r in rows}
-    e, k = by["eager"], by["kgen"]
-    r = (e["fwd_ms"] / k["fwd_ms"], e["fwd_grad_call_ms"] / k["fwd_grad_call_ms"], e["train_ms"] / k["train_ms"])
-    line = (f"  {name:<8} fwd {k['fwd_ms']:7.3f} ms {r[0]:5.2f}x  fwd(grad)/call {r[1]:5.2f}x  "
-            f"step {k['train_ms']:7.3f} ms {r[2]:5.2f}x  | {describe(source)}")
-    return min(x for x in r if x == x), line
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = bench.script_parser(__doc__)
     ap.add_argument("--mode", choices=("off", "tf32", "both"), default="both", help="TF32 off, allowed, or both")
@@ -164,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     warmup, reps = bench.samples(a.quick)
     modes = {"off": [False], "tf32": [True], "both": [False, True]}[a.mode]
     if a.random:
-        return run_random(a, warmup, reps, modes)
+        return bench.run_draws(random_benchmark_sources(a.random, a.seed), a, modes, describe, "kgen_bench_rand_")
     sources = problem_sources(a.blocks, a.few)
     unknown = sorted(set(a.only or ()) - set(sources))
     if unknown:
@@ -175,29 +162,6 @@ def main(argv: list[str] | None = None) -> int:
             bench.run(path, warmup=warmup, reps=reps, with_compile=not a.no_compile, per_call=a.per_call, csv=a.csv, tf32=tf32)
             print(flush=True)
     return 0
-
-
-def run_random(a, warmup: int, reps: int, modes: list[bool]) -> int:
-    """--random: every draw timed as the named problems are; a draw kgen fails on (refused, or outside the check's
-    tolerance) is reported and the rest still run. Exit status 1 if any failed."""
-    sources = random_benchmark_sources(a.random, a.seed)
-    paths = bench.write_problems("kgen_bench_rand_", sources, a.prebuild)
-    failed = False
-    for tf32 in modes:
-        results = []
-        for path in paths:
-            try:
-                rows = bench.run(path, warmup=warmup, reps=reps, with_compile=not a.no_compile, per_call=a.per_call,
-                                 csv=a.csv, tf32=tf32)
-            except Exception as exc:  # a benchmark sweep reports a failing draw and goes on
-                rows = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ''}"
-                failed = True
-            results.append(summary_line(path.stem, sources[path.stem], rows) + (path.stem,))
-            print(f"\n{results[-1][1]}\n", flush=True)
-        print(f"random problems, TF32 {'allowed' if tf32 else 'off'}: eager / kgen (> 1: kgen faster)")
-        print("\n".join(line for _, line, _ in results))
-        print("slowest (smallest ratio): " + ", ".join(f"{n} {x:.2f}x" for x, _, n in sorted(results)[:6]))
-    return 1 if failed else 0
 
 
 if __name__ == "__main__":
