@@ -138,6 +138,14 @@ _TABLE = [
     # a compile sweep's draw (seed 4102): the gather backward's 32-byte float16 form took 24 candidate windows a thread
     # and spilled 8 bytes at 64 registers
     ("adaptive_max", 3, "float16", (2, 1, 16, 20, 96), dict(output_size=(None, 8, 69)), "module", None),
+    # the simple forward's lane groups (windows of SPLIT_MIN_WINDOW elements or more; bench_pool.py --random found
+    # such bins at 3-8% of the copy-rate floor one thread an output): 32 lanes along W, 32 as 8 x 4, 16, 4
+    ("adaptive_avg", 1, "bfloat16", (3, 5, 2000), dict(output_size=7), "module", None),
+    ("adaptive_max", 1, "float32", (2, 3, 1500), dict(output_size=11, return_indices=True), "module", None),
+    ("adaptive_max", 3, "float16", (2, 3, 19, 23, 20), dict(output_size=(3, 2, 3), return_indices=True), "functional", None),
+    ("adaptive_avg", 3, "float32", (2, 3, 29, 45, 11), dict(output_size=(4, 3, 3)), "module", None),
+    ("adaptive_avg", 2, "float32", (2, 3, 45, 37), dict(output_size=(4, 3)), "module", None),
+    ("adaptive_max", 2, "bfloat16", (2, 2, 40, 21), dict(output_size=(5, 4), return_indices=True), "module", 0),
 ]
 
 
@@ -294,6 +302,28 @@ def test_random_draws_reach_every_max_backward():
     assert sum(1 for t in tile if t["t_block"][0] > 1) >= 2  # 3-d blocks
     assert sum(1 for pl in plans if pl["backward"] == "scatter") >= 4
     assert sum(1 for pl in plans if pl["backward"] == "gather" and pl["bwd_tiling"].get("b_gq")) >= 3
+
+
+def test_simple_forward_splits_wide_windows_over_lane_groups():
+    """simple_tiling: windows under SPLIT_MIN_WINDOW elements keep one thread an output; wider ones take a power-of-two
+    group of lanes (at most a warp, at least SPLIT_MIN_LOADS elements a lane), split_w of them across the window's
+    columns (never more than it has) and the rest across its rows. The CASES reach groups of 4, 16 and 32, across
+    columns alone and across rows and columns."""
+    seen = set()
+    for cid, src in CASES + [("r%d" % i, random_problem(random.Random(f"split:{i}"))) for i in range(120)]:
+        spec, _ = _spec(src)
+        pl = pool.plan(spec)
+        if pl["forward"] != "simple":
+            continue
+        t, (KD, KH, KW) = pl["tiling"], pl["geometry"].kernel
+        split, split_w = t["split"], t["split_w"]
+        assert split & (split - 1) == 0 and split <= 32 and split % split_w == 0 and split_w <= KW, (cid, t)
+        assert (split == 1) == (KD * KH * KW < pool.SPLIT_MIN_WINDOW), (cid, t)
+        assert split == 1 or KD * KH * KW >= split * pool.SPLIT_MIN_LOADS, (cid, t)
+        assert split // split_w <= KD * KH, (cid, t)
+        if cid[0] != "r":
+            seen.add((split, split_w == split))
+    assert {(4, True), (16, True), (32, True), (32, False), (16, False)} <= seen, seen
 
 
 def test_random_benchmark_draws_are_pool_problems_at_benchmark_size():
@@ -783,6 +813,35 @@ def test_ties_and_minus_inf_pick_pytorchs_element(value):
                           torch.full((1, 2, 5, 6, 7), value, device="cuda"))
     check_against_pytorch(pool_problem("adaptive_max", 2, (2, 3, 9, 11), dict(output_size=(4, 5), return_indices=True)),
                           torch.full((2, 3, 9, 11), value, device="cuda"))
+
+
+def _split_max1d() -> str:
+    """Adaptive max bins of 138 elements: the simple forward's 16-lane groups (each lane every 16th element)."""
+    src = pool_problem("adaptive_max", 1, (2, 3, 1500), dict(output_size=11, return_indices=True))
+    spec, _ = _spec(src)
+    assert pool.plan(spec)["tiling"] == {"split": 16, "split_w": 16}
+    return src
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("value", [0.0, float("-inf")])
+def test_split_windows_ties_pick_pytorchs_element(value):
+    """The lane groups combine to the sequential scan's element: a tie across lanes keeps the first in scan order,
+    and a bin that is all 0 or all -inf keeps PyTorch's initial index."""
+    x = torch.rand(2, 3, 1500, device="cuda")
+    x[0, 1, 140] = x[0, 1, 150] = x[0, 1, 141] = 2.0  # bin 1 (136-273): lanes 4, 14 and 5
+    x[1, 2, 300:420] = 3.0  # every lane of bin 2 holds the maximum
+    check_against_pytorch(_split_max1d(), x)
+    check_against_pytorch(_split_max1d(), torch.full((2, 3, 1500), value, device="cuda"))
+
+
+@pytest.mark.gpu
+def test_split_windows_nan_is_the_last_in_scan_order():
+    """NaNs in one bin on different lanes: the group keeps the last in scan order, as PyTorch's scan does."""
+    x = torch.rand(2, 3, 1500, device="cuda")
+    x[0, 0, 5] = x[0, 0, 7] = x[0, 0, 100] = float("nan")  # bin 0: lanes 5, 7 and 4
+    x[1, 1, 1400] = float("nan")
+    check_against_pytorch(_split_max1d(), x)
 
 
 @pytest.mark.gpu

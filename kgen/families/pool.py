@@ -15,7 +15,9 @@ size / out). Three forward designs, chosen here once:
   reads that shared slice once;
 - ``colsum``: the tuned AvgPool2d kernel for wide windows (column sums down the window rows, then across them
   from shared memory);
-- ``simple``: one thread per output with run-time window bounds (unequal adaptive bins, very wide windows).
+- ``simple``: one thread per output with run-time window bounds (unequal adaptive bins, very wide windows), or,
+  for windows of SPLIT_MIN_WINDOW elements or more, a group of lanes of one warp per output (``simple_tiling``):
+  each lane scans its rows and columns of the window in PyTorch's order, then the group combines its partials.
 Backward is deterministic, without atomics, and saves no more than PyTorch (max pooling keeps each output's
 in-window argmax offset in 1, 2 or 4 bytes, never int64):
 - ``tile`` (max pooling with fixed 2-d / 3-d windows where a block of grad_x aligned to the strides fits a
@@ -183,6 +185,12 @@ WALK_MIN_ITEMS = 16384  # per sample (64 blocks): with fewer walking work items 
 # so such problems keep one output slice per work item
 COLSUM_MIN_WINDOW = 25  # avg 2d windows of this many elements or more use the column-sum design
 UNROLL_MAX = 16  # loops up to this trip count are fully unrolled
+# The simple forward splits windows of this many elements or more over a group of lanes, at least SPLIT_MIN_LOADS
+# elements a lane. H100, one thread per output: AdaptiveAvgPool1d(25) of 17x96x65536 bfloat16 (bins of 2622) at 8% of
+# the copy-rate floor, AdaptiveAvgPool3d((3, 4, 5)) of 4x16x64x112x16 at 3% (bins of ~2500): too few outputs to
+# fill the GPU, each a long serial loop.
+SPLIT_MIN_WINDOW = 32
+SPLIT_MIN_LOADS = 8
 # Blocks per SM each kernel is compiled for (caps registers: 2 -> 128, 4 -> 64 per thread): the window forward keeps
 # many loads in flight per thread; the others are light and want occupancy.
 MIN_BLOCKS = {"window": 2, "lanes": 2, "simple": 4, "colsum": 1, "gather": 4, "scatter": 4, "tile": 4}
@@ -597,6 +605,23 @@ def const_divisor(spec: Spec, g: Geometry) -> int:
     return math.prod(g.kernel) if (whole and spec.count_include_pad) or inside else 0
 
 
+def pow2_floor(n: int) -> int:
+    return 1 << (max(1, n).bit_length() - 1)
+
+
+def simple_tiling(g: Geometry) -> dict:
+    """The simple forward's lanes per output (split, a power of two up to a warp) and how many of them go across
+    the window's columns (split_w; the rest take every split / split_w-th row of its D x H rows): one lane for
+    windows under SPLIT_MIN_WINDOW elements, else up to 32, with at least SPLIT_MIN_LOADS elements a lane."""
+    KD, KH, KW = g.kernel
+    rows, window = KD * KH, KD * KH * KW
+    if window < SPLIT_MIN_WINDOW:
+        return {"split": 1, "split_w": 1}
+    most = min(32, pow2_floor(window // SPLIT_MIN_LOADS))
+    split_w = min(most, pow2_floor(KW))
+    return {"split": split_w * min(most // split_w, pow2_floor(rows)), "split_w": split_w}
+
+
 def offset_type(g: Geometry) -> OffsetType:
     n = math.prod(g.kernel)
     return next(t for t in OFFSET_TYPES if n <= t.limit)
@@ -622,7 +647,7 @@ def plan(spec: Spec) -> dict:
     elif window is not None:
         out["forward"], out["tiling"] = "window", window
     else:
-        out["forward"], out["tiling"] = "simple", {}
+        out["forward"], out["tiling"] = "simple", simple_tiling(g)
     out["bwd_tiling"] = {}  # the scatter's or the gather's tiling (colsum's is part of its forward tiling)
     if spec.outputs == "indices":
         out["backward"] = "none"
@@ -706,8 +731,12 @@ def describe(spec: Spec) -> list[str]:
         lines.append(f"forward: one block per tile of {t['f_rows']} output row(s) x {t['f_cols']} output columns; each "
                      "thread sums adjacent input columns down the window rows, then each output adds its column sums "
                      "from shared memory and divides by PyTorch's divisor.")
-    else:
+    elif t["split"] == 1:
         lines.append("forward: one thread per output, looping over its window (run-time bounds).")
+    else:
+        lines.append(f"forward: {t['split']} lanes of a warp per output ({t['split_w']} across the window's columns, "
+                     f"{t['split'] // t['split_w']} across its rows), each scanning its share in PyTorch's order "
+                     "(run-time bounds), then combined by shuffles in a fixed order.")
     if g.reduce == "max":
         lines.append("Max pooling scans each window in PyTorch's order (NaN wins, ties keep the first element); with "
                      "autograd on, forward also saves each output's in-window argmax offset "
