@@ -71,20 +71,6 @@ CONV_DX_HALO_4CTAS = {
          "template <class Gm, bool X3, bool PRE = false>\n__global__ void __launch_bounds__(TileD::THREADS, X3 ? 2 : 4) conv_grad_x_halo(")],
 }
 
-# A timing probe, not a variant (its results are wrong: run time_generated.py with --no-check): the 3xTF32 halo
-# forward's CTAs past the first wave (blockIdx.x >= 264, two CTAs an SM of an H100's 132) skip staging the chunk's
-# weights, so their main loops read whatever the shared memory holds. Its time against the shipped module's bounds
-# what a persistent X3WG forward (B staged once a CTA, not once a tile) could save on B's copies: each of the gelu ->
-# global average forward's 25,600 CTAs stages B's high and low halves, 51 KB, 1.3 GB of L2 reads a call against 0.6 GB
-# of halo (docs/notes/conv2d_epilogue_plan.md, fifty-first session). Compare forwards only (grad_x may share the main
-# loop). Not run yet.
-CONV_PROBE_X3_NO_B = {
-    "conv2d_epilogue/halo.cu.j2": [
-        ("    for (int e = threadIdx.x; e < BST / 4; e += T::THREADS) cp_async16(bs + 4 * e, src + 4 * e);  // as arranged\n",
-         "    if (!X3 || blockIdx.x < 264)\n"
-         "      for (int e = threadIdx.x; e < BST / 4; e += T::THREADS) cp_async16(bs + 4 * e, src + 4 * e);  // as arranged\n")],
-}
-
 EDITS_DIR = Path(__file__).resolve().parent / "edits"
 
 
@@ -122,10 +108,11 @@ def diff_edits(text: str) -> dict[str, list[tuple[str, str]]]:
     return edits
 
 
-# Larger prepared changes are kept as diffs (tests/dev/edits/NAME.diff, made with `git diff -- templates/...`). Now:
-# conv_x3wg_persistent (fifty-first session, not run on a GPU): the folded 3xTF32 inference forward on wgmma as
-# persistent CTAs that stage B once (PERSIST_X3 in halo.cu.j2; its CPU check: tests/dev/persist_host_check.py).
-# conv_train_fold_pool shipped in the eleventh session, conv_wgrad_vec_gz in the twelfth. Changes that add plan
+# Larger prepared changes are kept as diffs (tests/dev/edits/NAME.diff, made with `git diff -- templates/...`); none
+# now. Dropped in the fifty-second session: conv_x3wg_persistent (the folded 3xTF32 inference forward on wgmma as
+# persistent CTAs that stage B once; H100, TF32 off, issue 9's gelu -> global average 0.722 -> 0.700 ms, bit-identical,
+# with conv_probe_x3_no_b, CTAs past the first wave skipping B altogether, at 0.683: B's copies are not what holds that
+# forward at 3.2x eager). conv_train_fold_pool shipped in the eleventh session, conv_wgrad_vec_gz in the twelfth. Changes that add plan
 # fields are kept as `git apply` patches (tests/dev/edits/NAME.patch): conv_halo_vec16 shipped in the thirteenth
 # session, conv_fwd_warp64 in the fourteenth as the halo forward's own tile (halo_tile: 4 x 1 warps from
 # HALO_WIDE_MIN_CHUNKS input-channel chunks on), conv_staged_epilogue in the twenty-first (EPI_STAGED), conv_halo_vec8
@@ -145,7 +132,6 @@ EDITS: dict[str, dict[str, list[tuple[str, str]]]] = {
     "conv_noflush_tf32": CONV_NOFLUSH_TF32,
     "conv_fwd_halo_3ctas": CONV_FWD_HALO_3CTAS,
     "conv_dx_halo_4ctas": CONV_DX_HALO_4CTAS,
-    "conv_probe_x3_no_b": CONV_PROBE_X3_NO_B,
     **{f.stem: diff_edits(f.read_text()) for f in sorted(EDITS_DIR.glob("*.diff"))},
 }
 

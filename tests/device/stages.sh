@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call made of named, time-boxed stages; each stage's log goes to $OUT/<stage>.log and its last line(s)
 # to the summary printed at the end. Usage: bash tests/device/stages.sh STAGE [STAGE ...]
-# Stages: import build build80 gpu gpu80 slow percall sweep bench bench80 benchpool benchpool_nc benchconv profile profilepool f64 variants staged ab ncu sanitize saveab wgmma x3persist
+# Stages: import build build80 gpu gpu80 slow percall sweep bench bench80 benchpool benchpool_nc benchconv profile profilepool f64 variants staged ab ncu sanitize saveab wgmma
 #   import: kgen generate, then a cold and a warm import of a generated module (tests/device/import_timing.py)
 #   build / build80: every GPU-test extension (FAMILY: one family's; BUILD_MATCH: only its cases whose id has one of these words), 16 jobs (Hopper path / KGEN_FORCE_SM80=1, each with its own cache)
 #   gpu / gpu80: the GPU tier on that path (GPU_K: a pytest -k expression; note "pool" also matches the
@@ -22,9 +22,6 @@
 #   sanitize: tests/device/sanitize.sh (compute-sanitizer memcheck, racecheck, initcheck; tests/device/sanitize_run.py's selection)
 #   ncu: tests/dev/ncu_step.py $NCU_ARGS (e.g. "conv conv3x3_hardswish_maxpool_mish --tf32")
 #   wgmma: tests/dev/wgmma_tile.py $WGMMA_ARGS (the wgmma vs mma.sync TF32 GEMM harness, sm_90 only; e.g. "--mw 1 --wg 2")
-#   x3persist: tests/dev/edits/conv_x3wg_persistent.diff (prepared) and the probe conv_probe_x3_no_b against HEAD on issue
-#     9's gelu -> global average, TF32 off (time_generated.py: the persistent module checked against eager; the probe
-#     unchecked, forwards only); X3P_SECS per run
 # Build first in the same call (or on the same warm machine): the GPU tests then load from the cache. A machine
 # starts bare and goes back 30 s after a call, so every call rebuilds. Measured on an H200 (16 jobs): FAMILY=pool
 # builds in ~110 s, FAMILY=conv2d_epilogue in over 130 s (its 38 extensions); a GPU stage whose builds are not done
@@ -66,11 +63,6 @@ for stage in "$@"; do
     slow) path sm90; run slow 300 python3 -m pytest -q -m "gpu and slow and not multigpu" -p no:cacheprovider tests/ ;;
     percall) path sm90; run percall ${PERCALL_SECS:-200} python3 tests/device/per_call.py --csv "$OUT/per_call.csv" ${PERCALL_FAMILY:+--family $PERCALL_FAMILY} ${PERCALL_MATCH:+--match $PERCALL_MATCH} ;;
     sweep) path sm90; run sweep ${SWEEP_SECS:-330} python3 tests/dev/sweep.py --gpu --n ${SWEEP_N:-60} --family ${FAMILY:-pool} --seed ${SWEEP_SEED:-7} --jobs ${SWEEP_JOBS:-12} ;;
-    x3persist) path sm90; mkdir -p /tmp/x3p  # the prepared persistent X3WG forward on issue 9's gelu -> global average, TF32 off
-      python3 -c "from tests.bench.bench_conv2d_epilogue import PROBLEMS, problem_source; open('/tmp/x3p/gelu.py', 'w').write(problem_source(*PROBLEMS['conv5x5s2_gelu_global_avg']))"
-      for e in default conv_x3wg_persistent conv_probe_x3_no_b; do python3 tests/dev/variants.py /tmp/x3p/gelu.py $e /tmp/x3p/$e > /dev/null; done
-      run x3persist ${X3P_SECS:-240} python3 tests/dev/time_generated.py /tmp/x3p/gelu.py head=/tmp/x3p/default/model_new.py persist=/tmp/x3p/conv_x3wg_persistent/model_new.py
-      run x3probe ${X3P_SECS:-240} python3 tests/dev/time_generated.py /tmp/x3p/gelu.py head=/tmp/x3p/default/model_new.py probe=/tmp/x3p/conv_probe_x3_no_b/model_new.py --no-check ;;
     bench) path sm90; for p in $BUNDLED; do run "bench_$(basename $p .py)" 150 python3 -m kgen bench "$p" --per-call --csv "$OUT/bench.csv"; done
            run bench_conv_tf32 150 python3 -m kgen bench kgen/problems/conv2d_avgpool_sigmoid_sum.py --per-call --tf32 --csv "$OUT/bench.csv" ;;
     bench80) path sm80; for p in $BUNDLED; do run "bench80_$(basename $p .py)" 90 python3 -m kgen bench "$p" --no-compile --per-call --csv "$OUT/bench.csv"; done ;;
