@@ -16,8 +16,9 @@ size / out). Three forward designs, chosen here once:
 - ``colsum``: the tuned AvgPool2d kernel for wide windows (column sums down the window rows, then across them
   from shared memory);
 - ``simple``: one thread per output with run-time window bounds (unequal adaptive bins, very wide windows), or,
-  for windows of SPLIT_MIN_WINDOW elements or more, a group of lanes of one warp per output (``simple_tiling``):
-  each lane scans its columns of every window row in PyTorch's order, then the group combines its partials.
+  for windows of 32 or more elements 8 or more columns wide, a group of lanes of one warp per output
+  (``simple_tiling``): each lane scans its columns of every window row in PyTorch's order, then the group combines
+  its partials.
 Backward is deterministic, without atomics, and saves no more than PyTorch (max pooling keeps each output's
 in-window argmax offset in 1, 2 or 4 bytes, never int64):
 - ``tile`` (max pooling with fixed 2-d / 3-d windows where a block of grad_x aligned to the strides fits a
@@ -185,15 +186,15 @@ WALK_MIN_ITEMS = 16384  # per sample (64 blocks): with fewer walking work items 
 # so such problems keep one output slice per work item
 COLSUM_MIN_WINDOW = 25  # avg 2d windows of this many elements or more use the column-sum design
 UNROLL_MAX = 16  # loops up to this trip count are fully unrolled
-# The simple forward splits windows of this many elements or more over a group of lanes across the window's columns,
-# at least SPLIT_MIN_LOADS elements a lane. H100, bench_pool.py --random 20 --seed 2, forward ms one thread an output ->
-# split: AdaptiveAvgPool1d(25) of 17x96x65536 bfloat16 (bins of 2622 columns, 32 lanes) 0.936 -> 0.190;
-# AdaptiveAvgPool3d((3, None, 2)) of 29x64x128x112 (56 columns, 32 lanes) 0.134 -> 0.068; AdaptiveAvgPool1d(254) of
-# 42x16x16384 (65 columns, 8 lanes) 0.036 -> 0.027. Lanes across rows too (each lane every split_w-th column of every
-# split / split_w-th row) lost wherever bins were 2-13 columns wide: AdaptiveMaxPool3d((3, 4, 156)) 0.152 -> 0.978,
-# AdaptiveAvgPool2d((3, 295)) 0.153 -> 0.820, AdaptiveMaxPool3d((9, 1, 10)) 0.154 -> 0.385 (only the 3840-output
-# AdaptiveAvgPool3d((3, 4, 5)) gained, 0.283 -> 0.168), so rows stay with one lane.
-SPLIT_MIN_WINDOW = 32
+# The simple forward splits a window over a group of 4-32 lanes across its columns where each lane gets at least
+# SPLIT_MIN_COLS columns of a row and SPLIT_MIN_LOADS elements. H100, bench_pool.py --random 20 --seed 2, forward ms
+# one thread an output -> split: AdaptiveAvgPool1d(25) of 17x96x65536 bfloat16 (bins of 2622 columns, 32 lanes) 0.936
+# -> 0.190; AdaptiveAvgPool3d((3, None, 2)) of 29x64x128x112 (56 columns, 32 lanes) 0.134 -> 0.068;
+# AdaptiveAvgPool1d(254) of 42x16x16384 (65 columns, 8 lanes) 0.036 -> 0.027. Groups that also split the rows (lane
+# r of a row group taking every k-th row) lost wherever bins were 2-13 columns wide: AdaptiveMaxPool3d((3, 4, 156))
+# 0.152 -> 0.978, AdaptiveAvgPool2d((3, 295)) 0.153 -> 0.820, AdaptiveMaxPool3d((9, 1, 10)) 0.154 -> 0.385 (only the
+# 3840-output AdaptiveAvgPool3d((3, 4, 5)) gained, 0.283 -> 0.168), so rows stay with one lane.
+SPLIT_MIN_COLS = 2
 SPLIT_MIN_LOADS = 8
 # Blocks per SM each kernel is compiled for (caps registers: 2 -> 128, 4 -> 64 per thread): the window forward keeps
 # many loads in flight per thread; the others are light and want occupancy.
@@ -615,12 +616,11 @@ def pow2_floor(n: int) -> int:
 
 def simple_tiling(g: Geometry) -> dict:
     """The simple forward's lanes per output (split, a power of two up to a warp), all across the window's columns:
-    one lane below SPLIT_MIN_WINDOW elements, else at most a warp with at least 2 columns of each row and
-    SPLIT_MIN_LOADS elements a lane, and none where that leaves fewer than 4 lanes."""
+    the most that leave each lane SPLIT_MIN_COLS columns of a row and SPLIT_MIN_LOADS elements, or one lane where
+    that is fewer than 4."""
     KD, KH, KW = g.kernel
-    window = KD * KH * KW
-    split = min(32, pow2_floor(KW // 2), pow2_floor(window // SPLIT_MIN_LOADS))
-    return {"split": split if window >= SPLIT_MIN_WINDOW and split >= 4 else 1}
+    split = min(32, pow2_floor(KW // SPLIT_MIN_COLS), pow2_floor(KD * KH * KW // SPLIT_MIN_LOADS))
+    return {"split": split if split >= 4 else 1}
 
 
 def offset_type(g: Geometry) -> OffsetType:
