@@ -104,6 +104,8 @@ def bench(
     problem: Path = typer.Argument(..., help="Problem file to build, check once, and time."),
     warmup: int = typer.Option(5, help="Warm-up runs per measurement."),
     reps: int = typer.Option(20, help="Timed runs per measurement (median reported)."),
+    quick: bool = typer.Option(False, "--quick", help="2 warm-up runs and 5 timed runs per measurement (in place of "
+                               "--warmup and --reps), as the benchmark scripts' --quick."),
     no_compile: bool = typer.Option(False, "--no-compile", help="Skip the torch.compile baseline."),
     csv: Optional[Path] = typer.Option(None, help="Append the results as rows to this CSV file."),
     per_call: bool = typer.Option(False, "--per-call", help="Also time one call per sample (as KernelBench times), "
@@ -114,6 +116,8 @@ def bench(
     """Build, check correctness once, and time eager, torch.compile and kgen (forward, forward+backward)."""
     from kgen import bench as bench_mod
 
+    if quick:
+        warmup, reps = bench_mod.samples(True)
     with user_errors(f"check the path (--csv must be a writable file; for the build cache, {CACHE_HINT})"):
         bench_mod.run(problem, warmup=warmup, reps=reps, with_compile=not no_compile, csv=csv, per_call=per_call,
                       tf32=tf32)

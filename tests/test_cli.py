@@ -161,3 +161,16 @@ def test_bench_scripts_pass_their_options_to_every_run(script, monkeypatch, tmp_
     calls.clear()
     mod.main(["--only", name] + (["--mode", "off"] if script == "bench_conv2d_epilogue" else []))
     assert calls[0][1]["per_call"] is False and (calls[0][1]["warmup"], calls[0][1]["reps"]) == bench.samples(False)
+
+
+@pytest.mark.parametrize("args,want", [([], (5, 20)), (["--warmup", "3", "--reps", "7"], (3, 7)), (["--quick"], (2, 5))])
+def test_bench_takes_the_scripts_quick_sampling(args, want, monkeypatch, tmp_path):
+    """kgen bench: --warmup / --reps, or --quick for the benchmark scripts' short sampling (bench.samples(True))."""
+    from kgen import bench
+
+    calls = []
+    monkeypatch.setattr(bench, "run", lambda problem, **kw: calls.append(kw))
+    r = runner.invoke(app, ["bench", str(tmp_path / "p.py"), *args])
+    assert r.exit_code == 0, r.output
+    assert [(kw["warmup"], kw["reps"]) for kw in calls] == [want]
+    assert bench.samples(True) == (2, 5)
