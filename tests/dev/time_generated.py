@@ -4,8 +4,7 @@ one card. Each module is first built in parallel (one process each), then checke
 (TF32 off: forward within 1e-4 of eager; grad_x's misses and every parameter gradient's distance from eager's
 and the first module's reported) and timed: forward and training step, back-to-back.
 Usage (GPU): python tests/dev/time_generated.py PROBLEM.py LABEL=model_new.py [LABEL=model_new.py ...] [--tf32]
-[--compile] [--no-check] (--compile: torch.compile(Model) timed in the same run, with the same flags; --no-check:
-no comparison with eager, for the timing probes of tests/dev/variants.py)
+[--compile] (--compile: torch.compile(Model) timed in the same run, with the same flags)
 A template edit of tests/dev/variants.py renders with `python tests/dev/variants.py PROBLEM.py EDIT OUT_DIR`."""
 
 import argparse
@@ -27,8 +26,6 @@ def main() -> int:
     ap.add_argument("--tf32", action="store_true")
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--compile", action="store_true", help="also time torch.compile(Model) in the same run")
-    ap.add_argument("--no-check", action="store_true",
-                    help="skip the comparison with eager: for timing probes, whose results are wrong by design")
     a = ap.parse_args()
     torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = a.tf32
     mods = build_labelled(a.modules)
@@ -56,7 +53,7 @@ def main() -> int:
     torch.backends.cudnn.allow_tf32 = a.tf32
     first = None
     for label, m in rows.items():
-        if label in ("eager", "compile") or a.tf32 or a.no_check:
+        if label in ("eager", "compile") or a.tf32:
             continue
         y = m(x)
         mp = dict(m.named_parameters())

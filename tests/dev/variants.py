@@ -112,9 +112,9 @@ def diff_edits(text: str) -> dict[str, list[tuple[str, str]]]:
 # now. Dropped in the fifty-second session: conv_x3wg_persistent (the folded 3xTF32 inference forward on wgmma as
 # persistent CTAs that stage B once; H100, TF32 off, issue 9's gelu -> global average 0.722 -> 0.700 ms, bit-identical,
 # with conv_probe_x3_no_b, CTAs past the first wave skipping B altogether, at 0.683: B's copies are not what holds that
-# forward at 3.2x eager). conv_train_fold_pool shipped in the eleventh session, conv_wgrad_vec_gz in the twelfth. Changes that add plan
-# fields are kept as `git apply` patches (tests/dev/edits/NAME.patch): conv_halo_vec16 shipped in the thirteenth
-# session, conv_fwd_warp64 in the fourteenth as the halo forward's own tile (halo_tile: 4 x 1 warps from
+# forward at 3.2x eager). conv_train_fold_pool shipped in the eleventh session, conv_wgrad_vec_gz in the twelfth.
+# Changes that add plan fields are kept as `git apply` patches (tests/dev/edits/NAME.patch): conv_halo_vec16 shipped in
+# the thirteenth session, conv_fwd_warp64 in the fourteenth as the halo forward's own tile (halo_tile: 4 x 1 warps from
 # HALO_WIDE_MIN_CHUNKS input-channel chunks on), conv_staged_epilogue in the twenty-first (EPI_STAGED), conv_halo_vec8
 # in the twenty-second (HV = 2), conv_grad_x_wide in the twenty-third (halo_dx_tile: grad_x on 4 x 1 warps from 3 gz
 # chunks). Dropped in the twenty-third: conv_bfrag_ni8 (fragment-ordered weights only where NI = 8; H200, TF32: the
@@ -125,9 +125,9 @@ def diff_edits(text: str) -> dict[str, list[tuple[str, str]]]:
 # tap; the ResNet stem's step 2.318 -> 1.711 ms, TF32 off) and conv_fma_forward (the forward with float32 FMAs for
 # groups of at most 4 input channels, reworked on the device: stores through a per-warp transpose, 16 out channels a
 # thread; docs/notes/conv2d_epilogue_plan.md). Shipped in the twenty-sixth: conv_fma_fold_reduce (inference folds a
-# first reduction over (H, W) into the forward on FMAs) and conv_fma_dx_over_halo (grad_x on FMAs for few input
-# channels also where grad_x is a halo convolution). Prepared, not landed: conv_fma_wgrad (grad_w on FMAs for few
-# input channels; v1, v2 and v3 timed slower on the stem, v3 60 us faster a step on 3x3 kernels).
+# first reduction over (H, W) into the forward on FMAs) and conv_fma_dx_over_halo (grad_x on FMAs for few input channels
+# also where grad_x is a halo convolution). Prepared, not landed: conv_fma_wgrad (grad_w on FMAs for few input channels;
+# v1, v2 and v3 timed slower on the stem, v3 60 us faster a step on 3x3 kernels).
 EDITS: dict[str, dict[str, list[tuple[str, str]]]] = {
     "conv_noflush_tf32": CONV_NOFLUSH_TF32,
     "conv_fwd_halo_3ctas": CONV_FWD_HALO_3CTAS,
