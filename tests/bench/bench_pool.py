@@ -19,6 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from kgen import bench  # noqa: E402
+from kgen.families.pool import DTYPES  # noqa: E402
 
 # name -> (module expression, input shape, dtype)
 PROBLEMS = {
@@ -61,7 +62,6 @@ def get_init_inputs():
 SIDES = {1: (128, 1000, 4096, 16384, 65536), 2: (28, 32, 56, 64, 112, 128, 224, 256, 512),
          3: ((8, 16, 32, 64), (16, 32, 56, 64, 112, 128))}
 CHANNELS = (3, 16, 32, 64, 96, 128, 256)
-ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 
 
 def benchmark_sized(case: tuple, rng: random.Random) -> tuple:
@@ -70,7 +70,7 @@ def benchmark_sized(case: tuple, rng: random.Random) -> tuple:
     (log-uniform); an unbatched draw takes it all in channels. Its arguments are kept as drawn."""
     op, nd, shape, kw, form, index, dtype = case
     size = [max(s, rng.choice(SIDES[nd] if nd < 3 else SIDES[3][i > 0])) for i, s in enumerate(shape[-nd:])]
-    planes = max(1, round(math.exp(rng.uniform(math.log(16e6), math.log(512e6))) / ITEMSIZE[dtype] / math.prod(size)))
+    planes = max(1, round(math.exp(rng.uniform(math.log(16e6), math.log(512e6))) / DTYPES[dtype].size / math.prod(size)))
     batched = len(shape) == nd + 2
     c = min(planes, rng.choice(CHANNELS)) if batched else planes
     lead = (max(1, round(planes / c)), c) if batched else (c,)
