@@ -263,7 +263,8 @@ def script_parser(doc: str) -> argparse.ArgumentParser:
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     ap.add_argument("--per-call", action="store_true",
                     help="also time one synchronized call per sample (how benchmark harnesses time)")
-    ap.add_argument("--only", nargs="*", default=None, help="problem names (default: all)")
+    ap.add_argument("--only", nargs="*", default=None,
+                    help="problem names (default: all); with --random, draw names such as p2_17")
     ap.add_argument("--csv", type=Path, default=None, help="append rows to this CSV")
     ap.add_argument("--prebuild", type=int, default=0, metavar="JOBS",
                     help="build every problem's extension first, JOBS at a time (default 0: each when first timed)")
@@ -297,6 +298,12 @@ def run_draws(sources: dict[str, str], a: argparse.Namespace, modes: list[bool],
     draw_line each (describe(source): what the draw is) and the six slowest against eager. A draw kgen fails on
     (refused, or outside the check's tolerance) is reported and the rest still run. Exit status 1 if any failed."""
     warmup, reps = samples(a.quick)
+    if a.only:  # the named draws of the same N (a draw's name and problem do not depend on which others run)
+        unknown = sorted(set(a.only) - set(sources))
+        if unknown:
+            raise SystemExit(f"--only: no draw named {', '.join(unknown)} among {', '.join(sources)}; "
+                             "pass names from that list (or a larger --random N)")
+        sources = {n: s for n, s in sources.items() if n in a.only}
     paths = write_problems(prefix, sources, a.prebuild)
     failed = False
     for tf32 in modes:

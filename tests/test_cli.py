@@ -163,6 +163,30 @@ def test_bench_scripts_pass_their_options_to_every_run(script, monkeypatch, tmp_
     assert calls[0][1]["per_call"] is False and (calls[0][1]["warmup"], calls[0][1]["reps"]) == bench.samples(False)
 
 
+@pytest.mark.parametrize("script", ["bench_conv2d_epilogue", "bench_pool"])
+def test_bench_scripts_only_picks_random_draws_by_name(script, monkeypatch, tmp_path):
+    """CPU: --random N --only NAME ... times just the named draws, the same problems as in the full run of N draws
+    (a draw does not depend on which others run); an unknown name stops before anything runs, naming the draws."""
+    import importlib
+
+    from kgen import bench
+    mod = importlib.import_module(f"tests.bench.{script}")
+    written, calls = {}, []
+    monkeypatch.setattr(bench, "write_problems",
+                        lambda prefix, sources, jobs: written.update(sources) or [tmp_path / f"{n}.py" for n in sources])
+    monkeypatch.setattr(bench, "run", lambda path, **kw: calls.append(path.stem) or "not timed here")  # a draw_line
+    mode = ["--mode", "off"] if script == "bench_conv2d_epilogue" else []
+    mod.main(["--random", "6", "--seed", "3", "--no-compile"] + mode)
+    every = dict(written)
+    assert len(every) == 6 and calls == list(every)
+    pick = list(every)[4:1:-2]
+    written.clear(), calls.clear()
+    mod.main(["--random", "6", "--seed", "3", "--no-compile", "--only", *pick] + mode)
+    assert sorted(calls) == sorted(pick) and written == {n: every[n] for n in pick}
+    with pytest.raises(SystemExit, match="no draw named zz"):
+        mod.main(["--random", "6", "--seed", "3", "--only", "zz"] + mode)
+
+
 @pytest.mark.parametrize("args,want", [([], (5, 20)), (["--warmup", "3", "--reps", "7"], (3, 7)), (["--quick"], (2, 5))])
 def test_bench_takes_the_scripts_quick_sampling(args, want, monkeypatch, tmp_path):
     """kgen bench: --warmup / --reps, or --quick for the benchmark scripts' short sampling (bench.samples(True))."""

@@ -4,8 +4,11 @@ code): each variant overrides planning constants or functions of kgen.families.p
 PyTorch (values and grad_x), then timed with every other variant and eager in turns, in the same run.
 
 Usage: python tests/dev/pool_variants.py [--only NAME ...] [--variants LABEL ...] [--reps N] [--compile]
+[--random N --seed S]
 (--compile adds a torch.compile row of the reference model, timed in the same turns)
-Names are tests/bench/bench_pool.py's PROBLEMS; variants are VARIANTS' labels below.
+Names are tests/bench/bench_pool.py's PROBLEMS, or with --random its random draws' names (p2_17: bench_pool.py --random
+N --seed 2's draw 17); variants are VARIANTS' labels below. Problems that return int64 indices compare them exactly;
+those that return only indices time no step.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from kgen.bench import TOLERANCE, copy_bandwidth_gbs, cuda_time_ms  # noqa: E402
 from kgen.families import pool  # noqa: E402
 from kgen.problem import load_problem  # noqa: E402
 from kgen.spec import match  # noqa: E402
-from tests.bench.bench_pool import PROBLEMS, problem_source  # noqa: E402
+from tests.bench.bench_pool import PROBLEMS, problem_source, random_benchmark_sources  # noqa: E402
 from tests.dev.variants import EDITS, template_edits  # noqa: E402
 from tests.device.prebuild import build  # noqa: E402
 
@@ -76,6 +79,7 @@ def _ungrouped():
 # label -> attribute overrides of kgen.families.pool (constants or functions)
 VARIANTS = {
     "default": {},
+    "simple": {"window_tiling": lambda *a: None, "lanes_tiling": lambda *a: None},  # one output a lane group
     "gather": {"tile_tiling": lambda g, isz, osz: None, "scatter_tiling": lambda g, isz, osz: None},
     "no_tile": {"tile_tiling": lambda g, isz, osz: None},  # the scatter or gather the tile backward replaced
     "tile_minblk3": {"MIN_BLOCKS": {**pool.MIN_BLOCKS, "tile": 3}},
@@ -145,7 +149,9 @@ def prebuild(files: list[Path], jobs: int) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--only", nargs="*", default=list(PROBLEMS))
+    ap.add_argument("--only", nargs="*", default=None)
+    ap.add_argument("--random", type=int, default=0, metavar="N", help="bench_pool.py --random N's draws")
+    ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--variants", nargs="*", default=["default", "gather"])
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--jobs", type=int, default=16)
@@ -155,10 +161,12 @@ def main() -> int:
     print(f"{torch.cuda.get_device_name()} torch {torch.__version__} copy {bw:.0f} GB/s", flush=True)
     folder = Path(tempfile.mkdtemp(prefix="kgen_pool_variants_"))
     gens = {}
+    sources = (random_benchmark_sources(a.random, a.seed) if a.random
+               else {n: problem_source(*PROBLEMS[n]) for n in PROBLEMS})
+    a.only = a.only or list(sources)
     for name in a.only:
-        module, shape, dtype = PROBLEMS[name]
         path = folder / f"{name}.py"
-        path.write_text(problem_source(module, shape, dtype))
+        path.write_text(sources[name])
         for label in a.variants:
             gen, problem, design = generate(path, VARIANTS[label])
             f = folder / f"{name}__{label}.py"
@@ -167,32 +175,40 @@ def main() -> int:
     unique = {f.read_text(): f for f, _, _ in gens.values()}  # variants that render the same build once
     prebuild(sorted(unique.values()), a.jobs)
     for name in a.only:
-        module, shape, dtype = PROBLEMS[name]
         mods = {}
         for label in a.variants:
             f, problem, design = gens[name, label]
             ns: dict = {"__name__": f"variant_{name}_{label}"}
             exec(compile(f.read_text(), str(f), "exec"), ns)
-            mods[label] = (ns["ModelNew"]().cuda(), design)
+            mods[label] = (ns["ModelNew"](*problem.namespace["get_init_inputs"]()).cuda(), design)
         user = problem.namespace
-        ref = user["Model"]().cuda()
+        ref = user["Model"](*user["get_init_inputs"]()).cuda()
         with torch.device("cuda"):
             x = user["get_inputs"]()[0]
         _, spec = match(problem)
         fwd_bytes, step_bytes = pool.traffic(spec, x.shape[0])
         xg = x.detach().clone().requires_grad_(True)
-        y = ref(xg)
-        gy = torch.rand_like(y)
-        y.backward(gy)
-        want_y, want_gx = y.detach(), xg.grad
+        y_all = ref(xg)
+        y_all = list(y_all) if isinstance(y_all, (tuple, list)) else [y_all]
+        y = next((t for t in y_all if t.is_floating_point()), None)  # None: indices only (no step)
+        want = [t.detach() for t in y_all]
+        if y is not None:
+            gy = torch.rand_like(y)
+            y.backward(gy)
+            want_gx = xg.grad
         tol = TOLERANCE[x.dtype]
         for label, (m, _) in mods.items():
             xg.grad = None
             got = m(xg)
-            got.backward(gy)
-            torch.testing.assert_close(got.detach(), want_y, atol=tol, rtol=tol)
-            torch.testing.assert_close(xg.grad, want_gx, atol=tol, rtol=tol)
-        del want_gx
+            got = list(got) if isinstance(got, (tuple, list)) else [got]
+            for g_, w_ in zip(got, want, strict=True):
+                if w_.is_floating_point():
+                    torch.testing.assert_close(g_.detach(), w_, atol=tol, rtol=tol)
+                else:
+                    assert g_.dtype == w_.dtype and torch.equal(g_, w_), f"{name} {label}: indices differ"
+            if y is not None:
+                next(t for t in got if t.is_floating_point()).backward(gy)
+                torch.testing.assert_close(xg.grad, want_gx, atol=tol, rtol=tol)
         others = {"eager": ref, **({"compile": torch.compile(ref)} if a.compile else {})}
         rows = {label: [[], []] for label in list(mods) + list(others)}
         for _ in range(2):  # two rounds, variants in turn
@@ -205,16 +221,17 @@ def main() -> int:
 
                 def step():
                     xg.grad = None
-                    m(xg).backward(gy)
+                    out = m(xg)
+                    (out[0] if isinstance(out, (tuple, list)) else out).backward(gy)
                 rows[label][0].append(cuda_time_ms(fwd, 2, a.reps))
-                rows[label][1].append(cuda_time_ms(step, 2, a.reps))
+                rows[label][1].append(cuda_time_ms(step, 2, a.reps) if y is not None else float("nan"))
         print(f"\n{name} {tuple(shape)} {dtype}: floor fwd {fwd_bytes / bw / 1e6:.3f} ms, step {step_bytes / bw / 1e6:.3f} ms")
         for label, (f, s) in rows.items():
             f_ms, s_ms = min(f), min(s)
             design = mods[label][1] if label in mods else ""
             print(f"  {label:<14} fwd {f_ms:8.3f} ms ({fwd_bytes / bw / 1e6 / f_ms:5.1%} of floor)  step {s_ms:8.3f} ms "
                   f"({step_bytes / bw / 1e6 / s_ms:5.1%})  {design}", flush=True)
-        del mods, rows, x, xg, y, gy, want_y
+        del mods, rows, x, xg, y, y_all, want
         torch.cuda.empty_cache()
     return 0
 
