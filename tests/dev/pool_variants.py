@@ -225,7 +225,7 @@ def main() -> int:
                     (out[0] if isinstance(out, (tuple, list)) else out).backward(gy)
                 rows[label][0].append(cuda_time_ms(fwd, 2, a.reps))
                 rows[label][1].append(cuda_time_ms(step, 2, a.reps) if y is not None else float("nan"))
-        print(f"\n{name} {tuple(shape)} {dtype}: floor fwd {fwd_bytes / bw / 1e6:.3f} ms, step {step_bytes / bw / 1e6:.3f} ms")
+        print(f"\n{name} {tuple(x.shape)} {x.dtype}: floor fwd {fwd_bytes / bw / 1e6:.3f} ms, step {step_bytes / bw / 1e6:.3f} ms")
         for label, (f, s) in rows.items():
             f_ms, s_ms = min(f), min(s)
             design = mods[label][1] if label in mods else ""
