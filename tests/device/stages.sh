@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device call made of named, time-boxed stages; each stage's log goes to $OUT/<stage>.log and its last line(s)
 # to the summary printed at the end. Usage: bash tests/device/stages.sh STAGE [STAGE ...]
-# Stages: import build build80 gpu gpu80 slow percall sweep bench bench80 benchpool benchpool_nc benchconv profile profilepool f64 variants staged ab ncu sanitize saveab wgmma
+# Stages: apply import build build80 gpu gpu80 slow percall sweep bench bench80 benchpool benchpool_nc benchconv profile profilepool f64 variants staged ab ncu sanitize saveab wgmma
+#   apply: applies PATCH (a prepared change under tests/dev/edits/) to this copy of the tree first; stages after it run on the patched code
 #   import: kgen generate, then a cold and a warm import of a generated module (tests/device/import_timing.py)
 #   build / build80: every GPU-test extension (FAMILY: one family's; BUILD_MATCH: only its cases whose id has one of these words), 16 jobs (Hopper path / KGEN_FORCE_SM80=1, each with its own cache)
 #   gpu / gpu80: the GPU tier on that path (GPU_K: a pytest -k expression; note "pool" also matches the
@@ -54,6 +55,7 @@ tier() {  # log-name path: the GPU tier except multi-GPU and full-size tests (GP
 BUNDLED="kgen/problems/avg_pool2d.py kgen/problems/conv2d_avgpool_sigmoid_sum.py"
 for stage in "$@"; do
   case $stage in
+    apply) run apply 30 bash -c "git apply '$PATCH' 2>/dev/null || patch -p1 --forward < '$PATCH'" ;;
     import) run generate 120 python3 -m kgen generate --out /tmp/gen_check
             run import 200 python3 tests/device/import_timing.py /tmp/gen_check/avg_pool2d/model_new.py /tmp/kgen_cold_cache ;;
     build) build build sm90 ;;
