@@ -76,10 +76,23 @@ def _ungrouped():
     return {"gather_tiling": f}
 
 
+def _simple_disjoint_1d():
+    """The simple forward (one output a lane group, coalesced stores) for 1-d windows that do not overlap (effective
+    width <= stride): the rule to try for MaxPool1d(2, 3, 1, return_indices) float16, whose window design stores each
+    thread's 8 int64 indices at a 64-byte stride (docs/notes/pool_plan.md)."""
+    window, lanes = pool.window_tiling, pool.lanes_tiling
+
+    def disjoint(g) -> bool:
+        return g.kernel[:2] == (1, 1) and (g.kernel[2] - 1) * g.dilation[2] + 1 <= g.stride[2]
+    return {"window_tiling": lambda g, *a: None if disjoint(g) else window(g, *a),
+            "lanes_tiling": lambda g, *a: None if disjoint(g) else lanes(g, *a)}
+
+
 # label -> attribute overrides of kgen.families.pool (constants or functions)
 VARIANTS = {
     "default": {},
     "simple": {"window_tiling": lambda *a: None, "lanes_tiling": lambda *a: None},  # one output a lane group
+    "simple_disjoint_1d": _simple_disjoint_1d(),
     "gather": {"tile_tiling": lambda g, isz, osz: None, "scatter_tiling": lambda g, isz, osz: None},
     "no_tile": {"tile_tiling": lambda g, isz, osz: None},  # the scatter or gather the tile backward replaced
     "tile_minblk3": {"MIN_BLOCKS": {**pool.MIN_BLOCKS, "tile": 3}},
