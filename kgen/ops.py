@@ -446,6 +446,27 @@ def _pointwise(node: fx.Node, gm: fx.GraphModule, shape: tuple[int, ...], at: st
     return form.kind, {"a": a, "b": b}, value_shape, inplace
 
 
+def _view_dim0(node: fx.Node, rank: int) -> dict[str, bool]:
+    """How a view's dim 0 depends on its input's beyond the traced sizes: squeeze_dim0, a squeeze that also drops dim 0
+    where it is 1 (no dim given, or dim 0 named); fixed_dim0, a view / reshape whose target writes dim 0 as a constant
+    (not -1, not a size read from a tensor)."""
+    name = node.target if node.op == "call_method" else getattr(node.target, "__name__", "")
+    rest, kwargs = list(node.args[1:]), dict(node.kwargs)
+    if name == "squeeze":
+        dims = rest[0] if rest else kwargs.get("dim")
+        if dims is None:
+            return {"squeeze_dim0": True}
+        dims = dims if isinstance(dims, (tuple, list)) else (dims,)
+        return {"squeeze_dim0": any(isinstance(d, int) and d % max(rank, 1) == 0 for d in dims)}
+    if name in ("view", "reshape"):
+        target = rest if rest else [kwargs.get("shape", kwargs.get("size"))]
+        if len(target) == 1 and isinstance(target[0], (tuple, list)):
+            target = list(target[0])
+        first = target[0] if target else None
+        return {"fixed_dim0": isinstance(first, int) and first != -1}
+    return {}
+
+
 def normalize(node: fx.Node, gm: fx.GraphModule) -> Op:
     """The node as an Op, whatever form (module, function, method, operator) the user wrote it in."""
     shape, dtype = _meta(node)
@@ -458,7 +479,8 @@ def normalize(node: fx.Node, gm: fx.GraphModule) -> Op:
         return Op(kind, params, shape, operand_shape, at, label, node.target if node.op == "call_module" else None,
                   dtype, inplace)
     if (node.op == "call_function" and node.target in _VIEW_FUNCS) or (node.op == "call_method" and node.target in _VIEW_METHODS):
-        return Op("view", {}, shape, in_shape, at, label, None, dtype)  # the traced shapes say all (sizes may be run-time)
+        # the traced shapes say all (sizes may be run-time), but for how dim 0 follows the input's at other sizes
+        return Op("view", _view_dim0(node, len(in_shape)), shape, in_shape, at, label, None, dtype)
     if node.op == "call_function" and node.target in CONV_FUNCS:
         return _functional_conv(node, gm, in_shape, shape, dtype, at, label)
     args = tuple(_const(a, node, "an argument") for a in node.args[1:])

@@ -1015,6 +1015,55 @@ def test_out_of_scope_is_refused_naming_the_op(source, message):
         match(load_problem(write_problem(source)))
 
 
+GPOOL = CONV_IN + ["x = F.adaptive_avg_pool2d(torch.tanh(x), 1)"]
+BATCH_VIEWS = [  # (the view after a global pool on (2, 8, 1, 1), the stage ops it gives)
+    ("return x.squeeze()", ("mean", "squeeze_batch")),
+    ("return torch.squeeze(x)", ("mean", "squeeze_batch")),
+    ("return x.squeeze(0).flatten(1)", ("mean", "squeeze_batch", "view")),
+    ("return x.squeeze(dim=(0, 3))", ("mean", "squeeze_batch")),
+    ("return x.squeeze(-1).squeeze(-1)", ("mean", "view", "view")),
+    ("return torch.squeeze(x, 2)", ("mean", "view")),
+    ("return x.view(2, -1)", ("mean", "fixed_batch")),
+    ("return x.reshape((2, 8))", ("mean", "fixed_batch")),
+    ("return torch.reshape(x, (x.shape[0], -1))", ("mean", "view")),
+    ("return x.view(x.size(0), -1)", ("mean", "view")),
+    ("return x.view(-1, 8)", ("mean", "view")),
+    ("return x.flatten(1)", ("mean", "view")),
+    ("return x.mean(dim=0).squeeze()", ("mean", "mean", "view")),  # the batch is gone: no rule
+]
+
+
+@pytest.mark.parametrize("line,ops", BATCH_VIEWS, ids=[v[0].split("return ")[1] for v in BATCH_VIEWS])
+def test_views_pytorch_applies_differently_at_other_batches_restrict_the_batch(line, ops):
+    """kgen keeps the batch as dim 0 at every batch size. A squeeze that drops dim 0 when it is 1 (no dim, or dim 0
+    named) gives PyTorch a different shape at batch 1, and a view that writes dim 0 as a constant gives it another at
+    any batch but the traced one: the generated binding refuses those batch sizes with a clear error instead."""
+    source = conv_epilogue_problem((2, 4, 9, 8), conv(4, 8, 3), GPOOL + [line])
+    spec = _spec(source)
+    assert tuple(st.op for st in spec.stages) == ops
+    rule = fam.batch_rule(spec)
+    assert rule == {"BATCH_NOT_ONE": "squeeze_batch" in ops, "BATCH_EXACT": 2 if "fixed_batch" in ops else 0}
+    binding = emit.generate(write_problem(source)).files["binding.cpp"]
+    assert ("batch size 1 is not supported" in binding) == rule["BATCH_NOT_ONE"]
+    assert ("only batch size 2 is supported" in binding) == bool(rule["BATCH_EXACT"])
+
+
+@pytest.mark.gpu
+def test_batch_sizes_a_view_makes_differ_from_pytorch_are_refused():
+    """At the batch sizes where PyTorch's view would give another shape than kgen's, the module raises naming the
+    view and what to do; at the others it matches PyTorch."""
+    squeeze = conv_epilogue_problem((2, 4, 9, 8), conv(4, 8, 3), GPOOL + ["return x.squeeze()"])
+    model, new, _ = setup_problem(squeeze)
+    check_training_step(model, new, new, (3, 4, 9, 8))
+    with pytest.raises(RuntimeError, match="batch size 1 is not supported.*squeeze named dims"):
+        new(torch.randn(1, 4, 9, 8, device="cuda"))
+    fixed = conv_epilogue_problem((2, 4, 9, 8), conv(4, 8, 3), GPOOL + ["return x.view(2, -1)"])
+    model, new, _ = setup_problem(fixed)
+    check_training_step(model, new, new, (2, 4, 9, 8))
+    with pytest.raises(RuntimeError, match="only batch size 2 is supported, got 3.*x.size"):
+        new(torch.randn(3, 4, 9, 8, device="cuda"))
+
+
 @pytest.mark.parametrize("source", [
     (REPO / "kgen" / "problems" / "conv2d_avgpool_sigmoid_sum.py").read_text(),
     conv_problem((2, 3, 19, 17), CONV, dict(kernel_size=2), act="relu", reduce="mean"),

@@ -10,7 +10,8 @@ Scope:
 - then stages, each a shape-changing op and the pointwise program after it: 2-d pooling (avg / max with every
   argument, adaptive avg / max to any size), reductions (sum, mean, amax, amin, logsumexp, max/min over a dim
   (values), max/min of all) over any dims with or without keepdim, and views (squeeze, flatten, view, reshape) that
-  keep the batch as dim 0. Anything else is refused naming the op.
+  keep the batch as dim 0 (where PyTorch would not at another batch size, the module refuses that size: batch_rule).
+  Anything else is refused naming the op.
 
 Kernels (templates/conv2d_epilogue/kernel.cu.j2, which includes one file per part: gemm, forward, halo, adjoint,
 grad_x, grad_w, direct, launch): implicit GEMMs on tensor cores, 3xTF32 accumulated in float32 registers when
@@ -111,7 +112,9 @@ class Stage:
     the last NaN, as PyTorch's pooling kernels)."""
 
     kind: str  # pool | reduce | view
-    op: str  # pool: avg | max | adaptive_avg | adaptive_max; reduce: REDUCE_KINDS or window_max; view: view
+    op: str  # pool: avg | max | adaptive_avg | adaptive_max; reduce: REDUCE_KINDS or window_max; view: view, or
+    #          squeeze_batch / fixed_batch (a view of the batched value that PyTorch would apply differently at a batch
+    #          of 1 / at any batch but the traced one)
     in_shape: tuple[int, ...]
     out_shape: tuple[int, ...]
     in_batched: bool
@@ -177,7 +180,11 @@ def _stage(op: Op, in_shape: tuple[int, ...], batched: bool) -> Stage:
         if batched and (not out_shape or out_shape[0] != in_shape[0]):
             raise Unsupported(f"{op.where}: {op.label} gives shape {out_shape} from {in_shape}, moving the batch dim; "
                               f"the {NAME} family keeps the batch as dim 0 until a reduction removes it")
-        return Stage("view", "view", in_shape, out_shape, batched, batched)
+        # Where PyTorch's own result would move the batch dim at another batch size, the binding refuses that size
+        # (BATCH_NOT_ONE, BATCH_EXACT): squeeze() also drops a batch of 1; view(2, -1) keeps 2 rows at any batch.
+        kind = ("squeeze_batch" if op.params.get("squeeze_dim0") else "fixed_batch" if op.params.get("fixed_dim0")
+                else "view") if batched else "view"
+        return Stage("view", kind, in_shape, out_shape, batched, batched)
     if op.kind == "pool":
         p = op.params
         if p["nd"] != 2 or len(in_shape) != 4:
@@ -1381,9 +1388,17 @@ def derive(spec: Spec) -> dict:
     )
 
 
+def batch_rule(spec: Spec) -> dict:
+    """Batch sizes the generated module refuses, where a view would make PyTorch's result differ from kgen's (which
+    keeps the batch as dim 0 at every size): BATCH_NOT_ONE (a squeeze that drops a batch of 1 too), BATCH_EXACT (the
+    one batch size a view with a constant dim 0 allows; 0: any)."""
+    return {"BATCH_NOT_ONE": any(st.op == "squeeze_batch" for st in spec.stages),
+            "BATCH_EXACT": next((st.in_shape[0] for st in spec.stages if st.op == "fixed_batch"), 0)}
+
+
 def context(spec: Spec) -> dict:
     return template_context({k: v for k, v in vars(spec).items() if k not in ("program", "params", "stages")},
-                            derive(spec))
+                            {**derive(spec), **batch_rule(spec)})
 
 
 def _describe_stage(st: Stage) -> str:
