@@ -271,6 +271,18 @@ def script_parser(doc: str) -> argparse.ArgumentParser:
     return ap
 
 
+def pick(sources: dict[str, str], only: list[str] | None, what: str = "problem", hint: str = "") -> dict[str, str]:
+    """The --only selection of a benchmark script's problems (name -> source), in the order named; all without --only.
+    An unknown name stops the script, listing the names there are."""
+    if not only:
+        return sources
+    unknown = sorted(set(only) - set(sources))
+    if unknown:
+        raise SystemExit(f"--only: no {what} named {', '.join(unknown)} among {', '.join(sources)}; "
+                         f"pass names from that list{hint}")
+    return {n: sources[n] for n in dict.fromkeys(only)}
+
+
 def draw_line(name: str, rows: list[dict] | str, what: str) -> tuple[float, str]:
     """(the smallest of kgen's ratios to eager, one line) for a random draw: forward and step back-to-back, the forward
     one call per sample with autograd on (as KernelBench's harness times it) where timed, torch.compile's ratios where
@@ -298,12 +310,8 @@ def run_draws(sources: dict[str, str], a: argparse.Namespace, modes: list[bool],
     draw_line each (describe(source): what the draw is) and the six slowest against eager. A draw kgen fails on
     (refused, or outside the check's tolerance) is reported and the rest still run. Exit status 1 if any failed."""
     warmup, reps = samples(a.quick)
-    if a.only:  # the named draws of the same N (a draw's name and problem do not depend on which others run)
-        unknown = sorted(set(a.only) - set(sources))
-        if unknown:
-            raise SystemExit(f"--only: no draw named {', '.join(unknown)} among {', '.join(sources)}; "
-                             "pass names from that list (or a larger --random N)")
-        sources = {n: s for n, s in sources.items() if n in a.only}
+    # the named draws of the same N (a draw's name and problem do not depend on which others run)
+    sources = pick(sources, a.only, "draw", " (or a larger --random N)")
     paths = write_problems(prefix, sources, a.prebuild)
     failed = False
     for tf32 in modes:

@@ -161,6 +161,8 @@ def test_bench_scripts_pass_their_options_to_every_run(script, monkeypatch, tmp_
     calls.clear()
     mod.main(["--only", name] + (["--mode", "off"] if script == "bench_conv2d_epilogue" else []))
     assert calls[0][1]["per_call"] is False and (calls[0][1]["warmup"], calls[0][1]["reps"]) == bench.samples(False)
+    with pytest.raises(SystemExit, match=f"no problem named zz among .*{name}"):
+        mod.main(["--only", "zz"])
 
 
 @pytest.mark.parametrize("script", ["bench_conv2d_epilogue", "bench_pool"])

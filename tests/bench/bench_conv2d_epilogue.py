@@ -152,11 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     modes = {"off": [False], "tf32": [True], "both": [False, True]}[a.mode]
     if a.random:
         return bench.run_draws(random_benchmark_sources(a.random, a.seed), a, modes, describe, "kgen_bench_rand_")
-    sources = problem_sources(a.blocks, a.few)
-    unknown = sorted(set(a.only or ()) - set(sources))
-    if unknown:
-        ap.error(f"unknown problem(s) {unknown}; choose from {sorted(sources)}")
-    paths = bench.write_problems("kgen_bench_conv_", {n: sources[n] for n in a.only or sources}, a.prebuild)
+    paths = bench.write_problems("kgen_bench_conv_", bench.pick(problem_sources(a.blocks, a.few), a.only), a.prebuild)
     for path in paths:
         for tf32 in modes:
             bench.run(path, warmup=warmup, reps=reps, with_compile=not a.no_compile, per_call=a.per_call, csv=a.csv, tf32=tf32)

@@ -106,9 +106,9 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     if a.random:
         return bench.run_draws(random_benchmark_sources(a.random, a.seed), a, [False], describe, "kgen_bench_pool_rand_")
-    names = a.only or list(PROBLEMS)
     warmup, reps = bench.samples(a.quick)
-    paths = bench.write_problems("kgen_bench_pool_", {n: problem_source(*PROBLEMS[n]) for n in names}, a.prebuild)
+    sources = bench.pick({n: problem_source(*row) for n, row in PROBLEMS.items()}, a.only)
+    paths = bench.write_problems("kgen_bench_pool_", sources, a.prebuild)
     for path in paths:
         bench.run(path, warmup=warmup, reps=reps, with_compile=not a.no_compile, per_call=a.per_call, csv=a.csv)
         print(flush=True)
