@@ -138,7 +138,7 @@ _TABLE = [
     # a compile sweep's draw (seed 4102): the gather backward's 32-byte float16 form took 24 candidate windows a thread
     # and spilled 8 bytes at 64 registers
     ("adaptive_max", 3, "float16", (2, 1, 16, 20, 96), dict(output_size=(None, 8, 69)), "module", None),
-    # the simple forward's lane groups (windows of SPLIT_MIN_WINDOW elements or more, 8 columns or more;
+    # the simple forward's lane groups (simple_tiling: windows of 32 elements or more, 8 columns or more;
     # bench_pool.py --random found such bins at 8% of the copy-rate floor one thread an output): 32, 16 and 4 lanes,
     # and bins too narrow to split (one lane)
     ("adaptive_avg", 1, "bfloat16", (3, 5, 2000), dict(output_size=7), "module", None),
@@ -338,7 +338,7 @@ def test_random_benchmark_draws_are_pool_problems_at_benchmark_size():
     for name, src in sources.items():
         spec, problem = _spec(src)
         x = problem.input_shapes[0]
-        mb = math.prod(x) * (2 if "dtype=torch." in src else 4) / 1e6
+        mb = math.prod(x) * pool.DTYPES[spec.dtype].size / 1e6
         assert 4 <= mb <= 1100, (name, x)  # 16-512 MB drawn; batch and channel counts round
         low = (SIDES[1][0],) if spec.nd == 1 else (SIDES[2][0],) * 2 if spec.nd == 2 else (SIDES[3][0][0], SIDES[3][1][0], SIDES[3][1][0])
         assert all(s >= lo for s, lo in zip(x[-spec.nd:], low)), (name, x)
