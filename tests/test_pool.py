@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
+import shutil
 
 import pytest
 import torch
@@ -147,6 +148,11 @@ _TABLE = [
     ("adaptive_avg", 3, "float32", (2, 3, 29, 45, 11), dict(output_size=(4, 3, 3)), "module", None),
     ("adaptive_avg", 2, "float32", (2, 3, 45, 37), dict(output_size=(4, 3)), "module", None),
     ("adaptive_max", 2, "bfloat16", (2, 2, 40, 21), dict(output_size=(5, 4), return_indices=True), "module", 0),
+    # few outputs (every test shape here has): the simple forward's rows split over lanes too, 32 row lanes of 4-wide
+    # bins (bench_pool.py's 3%-of-the-floor draw, one sample) and 16 column lanes x 2 row lanes of fixed windows too
+    # wide for the window design
+    ("adaptive_avg", 3, "float32", (1, 2, 64, 112, 16), dict(output_size=(3, 4, 5)), "functional", None),
+    ("max", 2, "float32", (1, 2, 70, 130), dict(kernel_size=(12, 50), stride=(9, 20), padding=(3, 5), dilation=(2, 1), return_indices=True), "module", None),
 ]
 
 
@@ -308,8 +314,9 @@ def test_random_draws_reach_every_max_backward():
 def test_simple_forward_splits_wide_windows_over_lane_groups():
     """simple_tiling: a power-of-two group of 4 to 32 lanes across the window's columns, the largest that leaves each
     lane SPLIT_MIN_COLS columns of a row and SPLIT_MIN_LOADS elements; one lane where that is under 4 (windows under
-    32 elements or 8 columns). The CASES reach groups of 1, 4, 16 and 32."""
-    seen = set()
+    32 elements or 8 columns). The CASES reach groups of 1, 4, 16 and 32. row_split: the most lanes across the rows
+    (SPLIT x row_split <= 32) that leave each ROW_SPLIT_MIN_ROWS rows, 1 where that is under 2."""
+    seen, seen_rows = set(), set()
     for cid, src in CASES + [("r%d" % i, random_problem(random.Random(f"split:{i}"))) for i in range(120)]:
         spec, _ = _spec(src)
         pl = pool.plan(spec)
@@ -320,9 +327,13 @@ def test_simple_forward_splits_wide_windows_over_lane_groups():
         assert split == (max(fits) if fits else 1), (cid, split, pl["geometry"].kernel)
         if KD * KH * KW < 32 or KW < 8:
             assert split == 1, (cid, split)
+        rows = [n for n in (2, 4, 8, 16, 32) if split * n <= 32 and n * pool.ROW_SPLIT_MIN_ROWS <= KD * KH]
+        assert pl["tiling"]["row_split"] == (max(rows) if rows else 1), (cid, pl["tiling"], pl["geometry"].kernel)
         if cid[0] != "r":
             seen.add(split)
+            seen_rows.add(pl["tiling"]["row_split"])
     assert {1, 4, 16, 32} <= seen, seen
+    assert {1, 4, 8} <= seen_rows, seen_rows  # 1-d bins never split rows; 2-d and 3-d bins do
 
 
 def test_random_benchmark_draws_are_pool_problems_at_benchmark_size():
@@ -818,7 +829,8 @@ def _split_max1d() -> str:
     """Adaptive max bins of 138 elements: the simple forward's 16-lane groups (each lane every 16th element)."""
     src = pool_problem("adaptive_max", 1, (2, 3, 1500), dict(output_size=11, return_indices=True))
     spec, _ = _spec(src)
-    assert pool.plan(spec)["tiling"] == {"split": 16}
+    assert pool.plan(spec)["tiling"] == {"split": 16, "row_split": 1, "col_batch": pool.COL_BATCH,
+                                         "row_split_fill": pool.ROW_SPLIT_FILL}
     return src
 
 
@@ -841,6 +853,107 @@ def test_split_windows_nan_is_the_last_in_scan_order():
     x[0, 0, 5] = x[0, 0, 7] = x[0, 0, 100] = float("nan")  # bin 0: lanes 5, 7 and 4
     x[1, 1, 1400] = float("nan")
     check_against_pytorch(_split_max1d(), x)
+
+
+def _row_split_max2d() -> str:
+    """Adaptive max bins of 10-11 rows x 3-4 columns: too narrow to split columns, so one lane a row at a large
+    batch and 4 lanes (contiguous row ranges) where the call has few outputs."""
+    src = pool_problem("adaptive_max", 2, (2, 3, 41, 10), dict(output_size=(4, 3), return_indices=True))
+    spec, _ = _spec(src)
+    assert pool.plan(spec)["tiling"] == {"split": 1, "row_split": 4, "col_batch": pool.COL_BATCH,
+                                         "row_split_fill": pool.ROW_SPLIT_FILL}
+    return src
+
+
+def _one_lane_batch(source: str) -> int:
+    """A batch whose outputs times SPLIT fill at least 1 / ROW_SPLIT_FILL of any GPU's resident threads (SMs x the
+    most threads an SM holds), so the launcher keeps one group of SPLIT lanes an output."""
+    spec, _ = _spec(source)
+    props = torch.cuda.get_device_properties(0)
+    per_sample = spec.C * math.prod(spec.out) * pool.plan(spec)["tiling"]["split"]
+    return -(-props.multi_processor_count * props.max_threads_per_multi_processor // (pool.ROW_SPLIT_FILL * per_sample))
+
+
+@pytest.mark.gpu
+def test_row_split_ties_and_nan_follow_pytorchs_scan():
+    """Row ranges on different lanes: a tie keeps the first element in scan order, the last NaN wins, an all-equal
+    bin keeps PyTorch's initial index; the same at a batch that takes the one-lane launch."""
+    src = _row_split_max2d()
+    x = torch.rand(2, 3, 41, 10, device="cuda")
+    x[0, 0, 1, 2] = x[0, 0, 5, 0] = x[0, 0, 9, 1] = 2.0  # bin (0, 0), rows 0-10: lanes 0, 2 and 3
+    x[0, 1, 2, 1] = x[0, 1, 8, 0] = float("nan")  # lanes 1 and 3
+    x[1, 2, 20:31, 6:10] = 0.5  # every lane of bin (2, 2)
+    check_against_pytorch(src, x)
+    big = torch.rand(_one_lane_batch(src), 3, 41, 10, device="cuda")
+    big[:2] = x
+    check_against_pytorch(src, big)
+
+
+def _takes_row_split(source: str) -> bool:
+    pl = pool.plan(_spec(source)[0])
+    return pl["forward"] == "simple" and pl["tiling"]["row_split"] > 1
+
+
+ROW_SPLIT_CASES = [(cid, src) for cid, src in CASES if _takes_row_split(src)]
+
+
+def test_row_split_cases_cover_the_simple_forwards_lane_shapes():
+    """The CASES that reach the simple forward's row split (at their own small shapes, every GPU test of CASES runs
+    that launch): one lane a row, column lanes too, 32 row lanes, max with indices and average."""
+    tilings = {(t["split"], t["row_split"]) for t in (pool.plan(_spec(src)[0])["tiling"] for _, src in ROW_SPLIT_CASES)}
+    assert len(ROW_SPLIT_CASES) >= 5 and (1, 32) in tilings and any(s > 1 for s, _ in tilings), tilings
+    ops = {next(o for o in ("adaptive_avg", "adaptive_max", "avg", "max") if cid.startswith(o)) for cid, _ in ROW_SPLIT_CASES}
+    assert ops >= {"adaptive_avg", "adaptive_max", "max"}, ops
+
+
+def _ties_and_nan(shape) -> torch.Tensor:
+    """Random values with a tie across rows 1, 5 and 9 of bin (0, 0) of plane 0, NaNs on rows 2 and 8 of plane 1's,
+    and one constant bin in the last plane (adaptive (4, 3) bins of a 41 x 10 plane)."""
+    x = torch.rand(shape)
+    x[0, 0, 1, 2] = x[0, 0, 5, 0] = x[0, 0, 9, 1] = 2.0
+    x[0, 1, 2, 1] = x[0, 1, 8, 0] = float("nan")
+    x[-1, -1, 20:31, 6:10] = 0.5
+    return x
+
+
+HOST_SIMPLE = [(cid, src, None) for cid, src in ROW_SPLIT_CASES if "float32" in cid] + [
+    ("ties_and_nan", _row_split_max2d(), _ties_and_nan((2, 3, 41, 10)))]
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not on PATH")
+@pytest.mark.parametrize("cid,source,x", HOST_SIMPLE, ids=[c for c, _, _ in HOST_SIMPLE])
+def test_simple_forward_on_the_host_matches_pytorch_in_both_launches(tmp_path, cid, source, x):
+    """GPU-free: the simple forward's text run on the CPU under the host shim (tests/host_pool.py), launched with one
+    lane group of SPLIT lanes an output (RS = 1) and with the rows split too (RS = ROW_SPLIT): values and int64
+    indices against PyTorch (max: exactly, ties and NaN by PyTorch's scan; average: within float32 rounding)."""
+    from kgen import emit
+    from tests.host_pool import run_simple_forward
+
+    gen = emit.generate(write_problem(source))
+    spec, problem = _spec(source)
+    model = problem.namespace["Model"](*problem.namespace["get_init_inputs"]())
+    if x is None:
+        torch.manual_seed(0)
+        x = torch.randn(problem.namespace["get_inputs"]()[0].shape)
+    ref = model(x)
+    ref_y, ref_i = ref if isinstance(ref, tuple) else (ref, None)
+    for rs in (1, pool.plan(spec)["tiling"]["row_split"]):
+        y, idx = run_simple_forward(gen.files["kernel.cu"], gen.name, rs, ref_i is not None, x, tuple(ref_y.shape),
+                                    tmp_path / f"rs{rs}")
+        torch.testing.assert_close(y, ref_y, atol=1e-6, rtol=1e-5, equal_nan=True, msg=lambda m: f"RS={rs}: {m}")
+        if ref_i is not None:
+            assert torch.equal(idx, ref_i), f"RS={rs}: indices differ at {(idx != ref_i).nonzero()[:5].tolist()}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cid,source", ROW_SPLIT_CASES, ids=[c for c, _ in ROW_SPLIT_CASES])
+def test_simple_forward_one_lane_launch_at_a_batch_that_fills_the_gpu(cid, source):
+    """The simple forward's other launch (one group of SPLIT lanes an output, rows not split), values, indices and
+    gradients against PyTorch, on the CASES whose own shapes take the row split."""
+    spec, _ = _spec(source)
+    assert spec.batched
+    x = torch.randn(_one_lane_batch(source), spec.C, *spec.size, device="cuda").to(getattr(torch, spec.dtype))
+    check_against_pytorch(source, x)
 
 
 @pytest.mark.gpu

@@ -196,6 +196,15 @@ UNROLL_MAX = 16  # loops up to this trip count are fully unrolled
 # 3840-output AdaptiveAvgPool3d((3, 4, 5)) gained, 0.283 -> 0.168), so rows stay with one lane.
 SPLIT_MIN_COLS = 2
 SPLIT_MIN_LOADS = 8
+# Where a call has so few outputs that SPLIT lanes each would fill under a quarter of the GPU's resident threads (the
+# launcher asks the device), the simple forward splits the window's rows too, into contiguous ranges of at least
+# ROW_SPLIT_MIN_ROWS rows over up to 32 / SPLIT lanes: AdaptiveAvgPool3d((3, 4, 5)) of 4x16x64x112x16 has 3840 outputs
+# of about 2,500 elements, 4 columns wide (one lane each: 0.303 ms on an H100, 3% of the floor, eager 1.4x faster).
+# COL_BATCH: column loads of a row each lane has in flight (1: the loop as GPU-timed; 4 is the next experiment,
+# tests/dev/pool_variants.py col_batch4).
+ROW_SPLIT_MIN_ROWS = 2
+ROW_SPLIT_FILL = 4  # ... under 1 / ROW_SPLIT_FILL of the resident threads
+COL_BATCH = 1
 # Blocks per SM each kernel is compiled for (caps registers: 2 -> 128, 4 -> 64 per thread): the window forward keeps
 # many loads in flight per thread; the others are light and want occupancy.
 MIN_BLOCKS = {"window": 2, "lanes": 2, "simple": 4, "colsum": 1, "gather": 4, "scatter": 4, "tile": 4}
@@ -617,10 +626,14 @@ def pow2_floor(n: int) -> int:
 def simple_tiling(g: Geometry) -> dict:
     """The simple forward's lanes per output (split, a power of two up to a warp), all across the window's columns:
     the most that leave each lane SPLIT_MIN_COLS columns of a row and SPLIT_MIN_LOADS elements, or one lane where
-    that is fewer than 4."""
+    that is fewer than 4; row_split: the lanes across its rows (contiguous ranges of ROW_SPLIT_MIN_ROWS rows or
+    more, up to a warp in all) the launcher adds where a call has too few outputs to fill the GPU (1: never)."""
     KD, KH, KW = g.kernel
     split = min(32, pow2_floor(KW // SPLIT_MIN_COLS), pow2_floor(KD * KH * KW // SPLIT_MIN_LOADS))
-    return {"split": split if split >= 4 else 1}
+    split = split if split >= 4 else 1
+    row_split = min(32 // split, pow2_floor(KD * KH // ROW_SPLIT_MIN_ROWS))
+    return {"split": split, "row_split": row_split if row_split >= 2 else 1, "col_batch": COL_BATCH,
+            "row_split_fill": ROW_SPLIT_FILL}
 
 
 def offset_type(g: Geometry) -> OffsetType:
@@ -737,6 +750,9 @@ def describe(spec: Spec) -> list[str]:
     else:
         lines.append(f"forward: {t['split']} lanes of a warp per output, lane l taking columns l, l + {t['split']}, ... of "
                      "every window row in PyTorch's order (run-time bounds), then combined by shuffles in a fixed order.")
+    if pl["forward"] == "simple" and t["row_split"] > 1:
+        lines.append(f"Calls with too few outputs to fill the GPU split each window's rows over {t['row_split']} times "
+                     "as many lanes (contiguous row ranges, combined the same way).")
     if g.reduce == "max":
         lines.append("Max pooling scans each window in PyTorch's order (NaN wins, ties keep the first element); with "
                      "autograd on, forward also saves each output's in-window argmax offset "

@@ -93,6 +93,8 @@ VARIANTS = {
     "default": {},
     "simple": {"window_tiling": lambda *a: None, "lanes_tiling": lambda *a: None},  # one output a lane group
     "simple_disjoint_1d": _simple_disjoint_1d(),
+    "col_batch4": {"COL_BATCH": 4},  # the simple forward keeps 4 column loads of a row in flight a lane
+    "row_split_fill2": {"ROW_SPLIT_FILL": 2},  # rows split where outputs fill under half the GPU (default: a quarter)
     "gather": {"tile_tiling": lambda g, isz, osz: None, "scatter_tiling": lambda g, isz, osz: None},
     "no_tile": {"tile_tiling": lambda g, isz, osz: None},  # the scatter or gather the tile backward replaced
     "tile_minblk3": {"MIN_BLOCKS": {**pool.MIN_BLOCKS, "tile": 3}},
@@ -192,7 +194,11 @@ def main() -> int:
         for label in a.variants:
             f, problem, design = gens[name, label]
             ns: dict = {"__name__": f"variant_{name}_{label}"}
-            exec(compile(f.read_text(), str(f), "exec"), ns)
+            try:  # a variant whose constants break a kernel's static_assert (fwd_vo2 on 2-byte vectors) is left out
+                exec(compile(f.read_text(), str(f), "exec"), ns)
+            except RuntimeError as e:
+                print(f"{name} {label}: build failed, left out ({str(e).splitlines()[0][:120]})")
+                continue
             mods[label] = (ns["ModelNew"](*problem.namespace["get_init_inputs"]()).cuda(), design)
         user = problem.namespace
         ref = user["Model"](*user["get_init_inputs"]()).cuda()
