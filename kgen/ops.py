@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from kgen.errors import Unsupported
 from kgen.geometry import conv_same_padding
 from kgen.pointwise import ROWS, Node, Program, Ref, node as pw_node
-from kgen.problem import Problem
+from kgen.problem import Problem, where  # noqa: F401 (where: also read as ops.where)
 
 
 @dataclass(frozen=True)
@@ -257,18 +257,6 @@ def pool_params(op: str, nd: int, p: dict[str, Any], in_shape: tuple[int, ...], 
 
 
 # ----------------------------------------------------------------------------------------------- normalization
-
-
-def where(node: fx.Node) -> str:
-    """'file:line: source' of the user's code that created the node (innermost frame outside torch)."""
-    lines = (node.stack_trace or "").strip().splitlines()
-    found = ""
-    for i, line in enumerate(lines):
-        m = re.match(r'\s*File "(.+)", line (\d+)', line)
-        if m and f"{os.sep}torch{os.sep}" not in m.group(1):
-            code = lines[i + 1].strip() if i + 1 < len(lines) else ""
-            found = f"{os.path.basename(m.group(1))}:{m.group(2)}: {code}"
-    return found or f"graph node {node.name}"
 
 
 def _bind(args: tuple, kwargs: dict, names: tuple[str, ...] | list[str], defaults: dict[str, Any]) -> dict[str, Any]:
@@ -656,6 +644,9 @@ def pointwise_program(gm: fx.GraphModule, start: fx.Node, end: fx.Node) -> Progr
     path = between(gm, start, end)
     inside = set(path)
     for n in path:
+        if not hasattr(n.meta.get("tensor_meta"), "shape"):  # a number kgen.problem did not fold: it follows the batch
+            raise Unsupported(f"{where(n)}: a number computed from the batch size (dim 0 of a tensor's shape); kgen "
+                              "keeps the batch a run-time value, so only numbers from the other dims can be constants")
         op = normalize(n, gm)
         if op.kind not in POINTWISE_KINDS:
             raise Unsupported(f"{op.where}: {op.label} is not a pointwise op kgen can fuse here")
@@ -665,8 +656,8 @@ def pointwise_program(gm: fx.GraphModule, start: fx.Node, end: fx.Node) -> Progr
         if n is not end and any(u not in inside for u in n.users):
             raise Unsupported(f"{op.where}: the value of {op.label} is also used outside the pointwise program")
         first = next(a for a in n.all_input_nodes if a.op != "get_attr")
-        if op.inplace and len(first.users) > 1:
-            raise Unsupported(f"{op.where}: {op.label} writes in place into {first.name}, which is read elsewhere")
+        # an op written in place may share its operand with readers before it: kgen.problem._follow_writes gave every
+        # reader after it the op's value, so the graph is values only
         if "a" in op.params:
             a, b = (_program_ref(op, v, index) for v in (op.params["a"], op.params["b"]))
             if op.kind == "div" and b.kind == "const":

@@ -8,7 +8,12 @@ The problem file defines ``Model(nn.Module)``, ``get_inputs()`` and ``get_init_i
 from __future__ import annotations
 
 import ast
+import inspect
 import linecache
+import math
+import operator
+import os
+import re
 import threading
 import traceback
 from dataclasses import dataclass, field
@@ -163,10 +168,48 @@ def init_signature(model_cls: type) -> list[tuple[str, Any]]:
     return out
 
 
+# `x += y` on a traced tensor: torch.fx's Proxy has no __iadd__, so Python falls back to `x = x + y` and the trace
+# loses the write into x's storage (`y = x; y += 1; return x` would return x unchanged). While kgen traces, Proxy
+# records augmented assignments as operator.iadd and its kin; _follow_writes then gives every later reader of the
+# written tensor the new value.
+_AUGMENTED = {"__iadd__": operator.iadd, "__isub__": operator.isub, "__imul__": operator.imul,
+              "__itruediv__": operator.itruediv, "__ifloordiv__": operator.ifloordiv, "__imod__": operator.imod,
+              "__ipow__": operator.ipow}
+
+
+def _augmented(fn):
+    def record(self: fx.Proxy, other: Any) -> fx.Proxy:
+        return self.tracer.create_proxy("call_function", fn, (self, other), {})
+    return record
+
+
 class _Tracer(fx.Tracer):
     def __init__(self) -> None:
         super().__init__()
         self.record_stack_traces = True
+
+    def trace(self, root: Any, concrete_args: dict[str, Any] | None = None) -> fx.Graph:
+        added = [name for name in _AUGMENTED if name not in vars(fx.Proxy)]
+        for name in added:
+            setattr(fx.Proxy, name, _augmented(_AUGMENTED[name]))
+        try:
+            return super().trace(root, concrete_args)
+        finally:
+            for name in added:
+                delattr(fx.Proxy, name)
+
+
+def where(node: fx.Node) -> str:
+    """'file:line: source' of the user's code that created the node (innermost frame outside torch and this
+    module's tracer)."""
+    lines = (node.stack_trace or "").strip().splitlines()
+    found = ""
+    for i, line in enumerate(lines):
+        m = re.match(r'\s*File "(.+)", line (\d+)', line)
+        if m and f"{os.sep}torch{os.sep}" not in m.group(1) and os.path.abspath(m.group(1)) != os.path.abspath(__file__):
+            code = lines[i + 1].strip() if i + 1 < len(lines) else ""
+            found = f"{os.path.basename(m.group(1))}:{m.group(2)}: {code}"
+    return found or f"graph node {node.name}"
 
 
 # torch.fx's tracer patches torch.nn.Module.__call__ for the whole process while it traces, so a problem traced in one
@@ -217,6 +260,156 @@ def _drop_identities(gm: fx.GraphModule) -> None:
     for node in list(gm.graph.nodes):  # attribute reads left without a user (the x.dtype of a dropped cast)
         if node.op == "call_function" and node.target is getattr and not node.users:
             gm.graph.erase_node(node)
+    gm.recompile()
+
+
+# Ops whose result shares its input's storage: a write into one is a write into the other, which _follow_writes
+# cannot express as values (it refuses such a write)
+_ALIAS_METHODS = {"view", "view_as", "reshape", "reshape_as", "flatten", "unflatten", "squeeze", "unsqueeze", "transpose",
+                 "permute", "t", "expand", "expand_as", "narrow", "select", "unfold", "movedim", "moveaxis", "swapaxes",
+                 "swapdims", "diagonal", "detach", "as_strided", "split", "chunk", "unbind", "__getitem__"}
+_ALIAS_FUNCS = {torch.flatten, torch.reshape, torch.squeeze, torch.unsqueeze, torch.transpose, torch.permute,
+               torch.narrow, torch.select, torch.split, torch.chunk, torch.unbind, torch.detach, torch.movedim,
+               torch.swapaxes, torch.t, torch.diagonal, torch.as_strided, operator.getitem}
+
+
+def _is_tensor(v: Any) -> bool:
+    return isinstance(v, fx.Node) and hasattr(v.meta.get("tensor_meta"), "shape")
+
+
+def _writes_in_place(node: fx.Node, gm: fx.GraphModule) -> bool:
+    """Whether node writes into the storage of its first argument (a tensor): x.mul_(2), torch.relu_(x), x += 1,
+    F.relu(x, inplace=True) or F.relu(x, True), nn.ReLU(inplace=True)."""
+    if not node.args or not _is_tensor(node.args[0]):
+        return False
+    if node.op == "call_method":
+        return node.target.endswith("_") and not node.target.startswith("_")
+    if node.op == "call_module":
+        return getattr(gm.get_submodule(node.target), "inplace", False) is True
+    if node.op != "call_function":
+        return False
+    name = getattr(node.target, "__name__", "")
+    if node.target in _AUGMENTED.values() or (name.endswith("_") and not name.startswith("_")):
+        return True
+    if "inplace" in node.kwargs:
+        return node.kwargs["inplace"] is True
+    try:
+        bound = inspect.signature(node.target).bind(*node.args, **node.kwargs)
+    except (TypeError, ValueError):  # a builtin without a signature, or arguments it would reject
+        return False
+    return bound.arguments.get("inplace") is True
+
+
+def _aliases_input(node: fx.Node) -> bool:
+    """Whether node's result shares its first argument's storage (a view, x.T, a piece of x.split(...))."""
+    if node.op == "call_method":
+        return node.target in _ALIAS_METHODS
+    if node.op != "call_function" or not node.args or not isinstance(node.args[0], fx.Node):
+        return False
+    if node.target is getattr:
+        return node.args[1:] in (("T",), ("mT",), ("H",), ("mH",), ("real",), ("imag",), ("data",))
+    return node.target in _ALIAS_FUNCS and (_is_tensor(node.args[0]) or _aliases_input(node.args[0]))
+
+
+def _storage_sharers(x: fx.Node, before: int) -> set[fx.Node]:
+    """The values created before position `before` that share x's storage through views (x itself not included)."""
+    order = {n: i for i, n in enumerate(x.graph.nodes)}
+    group, todo = {x}, [x]
+    while todo:
+        v = todo.pop()
+        linked = [u for u in v.users if _aliases_input(u)] + ([v.args[0]] if _aliases_input(v) and isinstance(v.args[0], fx.Node) else [])
+        for m in linked:
+            if m not in group and order[m] < before:
+                group.add(m)
+                todo.append(m)
+    return group - {x}
+
+
+def _follow_writes(gm: fx.GraphModule) -> None:
+    """Make the traced graph say what the code computes when it writes in place: after `w = x.mul_(2)` (or x += 1 on
+    an alias of x, or F.relu(x, inplace=True) whose result is dropped) every later reader of x reads w, the value x
+    holds from then on; readers before the write keep x. A write into the model's input or tensors, or into storage
+    another value shares (a view), is refused: ModelNew computes values and leaves its inputs unchanged."""
+    order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    for w in list(gm.graph.nodes):
+        if not _writes_in_place(w, gm):
+            continue
+        x = w.args[0]
+        if x.op in ("placeholder", "get_attr"):
+            what = "the model's input" if x.op == "placeholder" else f"the model's tensor self.{x.target}"
+            raise KgenError(f"{where(w)}: writes in place into {what} {x.name}; ModelNew leaves its inputs and tensors "
+                            "unchanged, so write the op out of place (y = torch.relu(x), not torch.relu_(x) or x += 1)")
+        if any(order[u] > order[w] for v in _storage_sharers(x, order[w]) for u in v.users):
+            raise KgenError(f"{where(w)}: writes in place into {x.name}, whose storage a view shares with a value read "
+                            "after the write; kgen follows values, not storage: write the op out of place")
+        for u in [u for u in x.users if order[u] > order[w]]:
+            u.args = fx.map_arg(u.args, lambda a: w if a is x else a)
+            u.kwargs = fx.map_arg(u.kwargs, lambda a: w if a is x else a)
+    gm.recompile()
+
+
+# Numbers a forward computes from shapes (F.avg_pool2d(x, x.size()[2:]), x.sum(1) / x.shape[1]). kgen specializes
+# every dim but the batch, so a number that does not follow the batch size is a constant of the problem, folded into
+# the graph as one: F.avg_pool2d(x, (14, 14)). Whether a number follows the batch is measured, not guessed: the graph
+# runs on meta inputs of several batch sizes (dim 0 of each input), and a number that changes stays a node (x.size(0)
+# in x.view(x.size(0), -1), which the families read as the batch, or a use they refuse by name).
+_SHAPE_METHODS = {"size", "dim", "numel", "nelement"}
+_NUMBER_OPS = {operator.getitem, operator.add, operator.sub, operator.mul, operator.floordiv, operator.truediv,
+               operator.mod, operator.pow, operator.neg, *_AUGMENTED.values()}
+
+
+def _is_shape_number(n: fx.Node, numbers: set[fx.Node]) -> bool:
+    """Whether n computes a number (or a tuple of them) from tensor shapes alone."""
+    if n.op == "call_function" and n.target is getattr:
+        return len(n.args) == 2 and n.args[1] in ("shape", "ndim") and _is_tensor(n.args[0])
+    if n.op == "call_method":
+        return n.target in _SHAPE_METHODS and _is_tensor(n.args[0]) and \
+            not any(isinstance(a, fx.Node) for a in [*n.args[1:], *n.kwargs.values()])
+    return n.op == "call_function" and n.target in _NUMBER_OPS and bool(n.all_input_nodes) and \
+        all(a in numbers for a in n.all_input_nodes)
+
+
+class _Numbers(fx.Interpreter):
+    """Runs the graph and keeps the results of the given nodes."""
+
+    def __init__(self, gm: fx.GraphModule, keep: set[fx.Node]) -> None:
+        super().__init__(gm)
+        self.keep, self.values = keep, {}
+
+    def run_node(self, n: fx.Node) -> Any:
+        out = super().run_node(n)
+        if n in self.keep:
+            self.values[n] = tuple(out) if isinstance(out, torch.Size) else out
+        return out
+
+
+def _fold_shape_numbers(gm: fx.GraphModule, inputs: list[torch.Tensor]) -> None:
+    numbers: set[fx.Node] = set()
+    for n in gm.graph.nodes:
+        if _is_shape_number(n, numbers):
+            numbers.add(n)
+    if not numbers:
+        return
+    runs = []
+    for grow in (lambda b: b, lambda b: b + 3, lambda b: 2 * b + 5, lambda b: 97 * b + 11):
+        batch = [torch.empty((grow(t.shape[0]), *t.shape[1:]), dtype=t.dtype, device="meta") if t.dim() else t
+                 for t in inputs]
+        run = _Numbers(gm, numbers)
+        try:
+            run.run(*batch)
+        except Exception:  # the model takes no other batch (x.view(16, -1)): nothing is known not to follow it
+            return
+        runs.append(run.values)
+    for n in numbers:
+        value = runs[0][n]
+        if any(r[n] != value for r in runs[1:]) or not isinstance(value, (int, float, tuple)):
+            continue
+        for u in list(n.users):
+            u.args = fx.map_arg(u.args, lambda a: value if a is n else a)
+            u.kwargs = fx.map_arg(u.kwargs, lambda a: value if a is n else a)
+    for n in reversed(list(gm.graph.nodes)):
+        if n in numbers and not n.users:
+            gm.graph.erase_node(n)
     gm.recompile()
 
 
@@ -311,6 +504,8 @@ def _load_problem(path: str | Path) -> Problem:
         raise KgenError(f"{path.name}: Model(*get_init_inputs()) rejects get_inputs() shapes: {_first_line(root)}; "
                         "fix the model's arguments or input shapes") from None
     _drop_identities(gm)
+    _follow_writes(gm)
+    _fold_shape_numbers(gm, inputs)
     return Problem(
         name=path.stem,
         path=path,

@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import math
 import random
+import re
 import shutil
 import subprocess
 from types import SimpleNamespace
@@ -28,7 +29,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from kgen import emit
-from kgen.errors import Unsupported
+from kgen.errors import KgenError, Unsupported
 from kgen.families import conv2d_epilogue as fam
 from kgen.pointwise import reference_forward
 from kgen.problem import load_problem
@@ -1046,6 +1047,60 @@ def test_views_pytorch_applies_differently_at_other_batches_restrict_the_batch(l
     binding = emit.generate(write_problem(source)).files["binding.cpp"]
     assert ("batch size 1 is not supported" in binding) == rule["BATCH_NOT_ONE"]
     assert ("only batch size 2 is supported" in binding) == bool(rule["BATCH_EXACT"])
+
+
+# Writes in place and numbers read from shapes (kgen.problem's _follow_writes and _fold_shape_numbers): each form, as
+# written, against the same forward written out of place with literal numbers. Both must match a spec whose program
+# is the Model's forward, and render the same kernel (names aside): the form then runs kernels the GPU tier has run.
+REWRITTEN = [  # (id, forward as written, the same forward written out of place)
+    ("mul_result_dropped", ["x.mul_(2.0)", "return torch.relu(x)"], ["x = x * 2.0", "return torch.relu(x)"]),
+    ("relu_inplace_kw_dropped", ["F.relu(x, inplace=True)", "return x * 3"], ["x = F.relu(x)", "return x * 3"]),
+    ("leaky_inplace_positional", ["F.leaky_relu(x, 0.2, True)", "return x * 2"], ["x = F.leaky_relu(x, 0.2)", "return x * 2"]),
+    ("module_inplace_dropped", ["self.act(x)", "return x + 1"], ["x = torch.relu(x)", "return x + 1"]),
+    ("augmented_on_an_alias", ["y = x", "y *= 2.0", "return x + y"], ["x = x * 2.0", "return x + x"]),
+    ("residual_alias_scaled", ["identity = x", "x *= self.alpha", "return x + identity"],
+     ["x = x * self.alpha", "return x + x"]),
+    ("read_before_the_write", ["y = torch.sigmoid(x)", "x.mul_(2)", "x.add_(y)", "return x"],
+     ["y = torch.sigmoid(x)", "x = x * 2", "x = x + y", "return x"]),
+    ("global_avg_from_size", ["return F.avg_pool2d(x, x.size()[2:])"], ["return F.avg_pool2d(x, (10, 11))"]),
+    ("max_window_from_shape", ["return F.max_pool2d(x, kernel_size=x.shape[2:])"], ["return F.max_pool2d(x, kernel_size=(10, 11))"]),
+    ("mean_by_channel_count", ["return x.sum(dim=1) / x.size(1)"], ["return x.sum(dim=1) / 8"]),
+    ("mean_by_plane_size", ["return x.sum(dim=(2, 3)) / (x.shape[2] * x.shape[3])"], ["return x.sum(dim=(2, 3)) / 110"]),
+    ("numel_over_batch", ["return x.sum(dim=(1, 2, 3)) / (x.numel() // x.shape[0])"], ["return x.sum(dim=(1, 2, 3)) / 880"]),
+    ("augmented_number", ["n = x.size(1)", "n += 2", "return x / n"], ["return x / 10"]),
+    ("view_of_batch_and_channels", ["x = x.amax(dim=(2, 3), keepdim=True)", "return x.view(x.size(0), x.size(1))"],
+     ["x = x.amax(dim=(2, 3), keepdim=True)", "return x.view(x.size(0), 8)"]),
+]
+_REWRITE_INIT = ["self.act = nn.ReLU(inplace=True)", "self.alpha = nn.Parameter(torch.tensor(0.7))"]
+
+
+def _rewrite_problem(lines: list[str]) -> str:
+    return conv_epilogue_problem((2, 4, 10, 11), conv(4, 8, 3, padding=1), CONV_IN + lines, _REWRITE_INIT)
+
+
+@pytest.mark.parametrize("written,plain", [r[1:] for r in REWRITTEN], ids=[r[0] for r in REWRITTEN])
+def test_writes_in_place_and_numbers_from_shapes_mean_what_pytorch_computes(written, plain):
+    check_program(_rewrite_problem(written))
+    kernels = [re.sub(r"kgen_conv2d_epilogue_[0-9a-f]{8}", "NAME", emit.generate(write_problem(_rewrite_problem(f))).files["kernel.cu"])
+               for f in (written, plain)]
+    assert kernels[0] == kernels[1]
+
+
+@pytest.mark.parametrize("lines,message", [
+    (["return x * x.shape[0]"], r"x \* x.shape\[0\]: a number computed from the batch size"),
+    (["x = x.mean(dim=(2, 3))", "y = x.view(x.size(0), -1)", "y.mul_(2)", "return x + 1"],
+     r"y.mul_\(2\): writes in place into view, whose storage a view shares with a value read after the write"),
+    (["x //= 2", "return x"], r"x //= 2: .* is not a pointwise op"),
+], ids=["batch_number", "write_through_a_view", "augmented_floordiv"])
+def test_what_kgen_cannot_follow_is_refused_at_the_users_line(lines, message):
+    with pytest.raises(KgenError, match=message):
+        _spec(_rewrite_problem(lines))
+
+
+def test_a_write_into_the_input_is_refused_and_tracing_leaves_fx_as_it_was():
+    with pytest.raises(KgenError, match=r"x.mul_\(2\): writes in place into the model's input x.*out of place"):
+        _spec(conv_epilogue_problem((2, 4, 10, 11), conv(4, 8, 3), ["x.mul_(2)"] + CONV_IN + ["return x"]))
+    assert not hasattr(torch.fx.Proxy, "__iadd__")  # the tracer's augmented-assignment methods are gone again
 
 
 @pytest.mark.gpu

@@ -29,7 +29,7 @@ import pytest
 import torch
 
 from kgen import ops
-from kgen.errors import Unsupported
+from kgen.errors import KgenError, Unsupported
 from kgen.pointwise import (ROWS, X, Names, Program, Ref, c_float, derive_backward, emit_backward, emit_forward, f32,
                             node, reference_backward, reference_forward)
 from kgen.problem import load_problem
@@ -665,7 +665,8 @@ def last_op(forward: str, init: str = "") -> ops.Op:
 V = ops.Value
 FORMS = [
     # (init, forward, kind, params)
-    ("self.m = nn.ReLU(inplace=True)", "return self.m(x)", "relu", {}),
+    # (an op written in place runs on a computed value: one written into the model's input is refused at load)
+    ("self.m = nn.ReLU(inplace=True)", "x = x * 2.0\nreturn self.m(x)", "relu", {}),
     ("", "return torch.relu(x)", "relu", {}),
     ("", "return x.relu()", "relu", {}),
     ("", "return F.relu(x)", "relu", {}),
@@ -838,11 +839,22 @@ def test_pointwise_end_finds_a_conv_epilogue():
     ("h = torch.relu(x)\nreturn h + h.mean()", 1, "not a pointwise op"),
     ("return F.avg_pool2d(torch.relu(x), 2)", 1, "not a pointwise op"),
     ("h = torch.relu(x)\nreturn h * y", 2, "inputs"),
-    ("h = x.relu_()\nreturn h + x", 1, "in place"),
 ])
 def test_program_refusals(forward, inputs, message):
     with pytest.raises(Unsupported, match=message):
         ops.model_program(trace(forward, inputs=inputs))
+
+
+def test_program_follows_writes_in_place():
+    """A value written in place reads as the written value after the write, through every alias (kgen.problem's
+    _follow_writes): t.relu_() makes t, h and the alias a the relu; a read before the write keeps the old value."""
+    program = ops.model_program(trace("t = x * 2.0\nb = t + 1.0\na = t\nh = t.relu_()\nreturn h + a * b"))
+    assert [n.op for n in program.nodes] == ["mul", "add", "relu", "mul", "add"]
+    _, b, relu, prod, out = program.nodes
+    assert b.args == (Ref.node(0), Ref.const(1.0)) and relu.args == (Ref.node(0),)
+    assert prod.args == (Ref.node(2), Ref.node(1)) and out.args == (Ref.node(2), Ref.node(3))
+    with pytest.raises(KgenError, match="writes in place into the model's input x"):
+        trace("h = x.relu_()\nreturn h + x")
 
 
 def test_program_refuses_values_from_outside_and_escaping_intermediates():

@@ -400,6 +400,38 @@ def test_module_and_functional_forms_give_one_spec():
     assert a == b
 
 
+@pytest.mark.parametrize("call", ["F.avg_pool2d(x, x.size()[2:])", "F.max_pool3d(x, kernel_size=x.shape[-3:], stride=1)",
+                                  "F.avg_pool1d(x, x.shape[2] // 3, ceil_mode=True)"])
+def test_window_arguments_read_from_the_input_shape_are_constants(call):
+    """A pooling argument computed from the input's non-batch dims (the global pool idiom F.avg_pool2d(x, x.size()[2:]))
+    is a constant of the problem (kgen.problem._fold_shape_numbers): the same spec as the literal written out."""
+    nd = int(call.split("_pool")[1][0])
+    shape = {1: (3, 4, 10), 2: (3, 4, 9, 10), 3: (3, 4, 7, 9, 10)}[nd]
+    literal = call.replace("x.size()[2:]", "(9, 10)").replace("x.shape[-3:]", "(7, 9, 10)").replace("x.shape[2] // 3", "3")
+    got, want = (_spec(write_problem_call(c, shape))[0] for c in (call, literal))
+    assert got == want
+
+
+def write_problem_call(call: str, shape: tuple) -> str:
+    return f"""import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return {call}
+
+
+def get_inputs():
+    return [torch.rand{shape}]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
 def test_equal_adaptive_bins_become_a_fixed_window():
     spec, _ = _spec(pool_problem("adaptive_avg", 2, (2, 3, 28, 28), dict(output_size=7)))
     ctx = pool.context(spec)
