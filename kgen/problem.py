@@ -8,7 +8,9 @@ The problem file defines ``Model(nn.Module)``, ``get_inputs()`` and ``get_init_i
 from __future__ import annotations
 
 import ast
+import contextlib
 import inspect
+import io
 import linecache
 import math
 import operator
@@ -25,7 +27,7 @@ import torch.fx as fx
 from torch.fx.passes.shape_prop import ShapeProp
 from torch.overrides import TorchFunctionMode
 
-from kgen.errors import KgenError
+from kgen.errors import KgenError, Unsupported
 
 REQUIRED_NAMES = ("Model", "get_inputs", "get_init_inputs")
 
@@ -413,6 +415,47 @@ def _fold_shape_numbers(gm: fx.GraphModule, inputs: list[torch.Tensor]) -> None:
     gm.recompile()
 
 
+def _trace(model: torch.nn.Module, defaults: dict[str, Any] | None, given: int) -> fx.GraphModule:
+    gm = fx.GraphModule(model, _Tracer().trace(model, concrete_args=defaults), "Model")
+    _drop_specialization_guards(gm, given)
+    return gm
+
+
+def _graph_text(gm: fx.GraphModule) -> str:
+    """The graph as text, with the tensor constants a trace creates (torch.tensor(0.75) in forward: attributes
+    _tensor_constant0, 1, ..., numbered on across traces of one module) written as their values."""
+    text = str(gm.graph)
+    names = {n.target for n in gm.graph.nodes if n.op == "get_attr" and n.target.startswith("_tensor_constant")}
+    for name in names:
+        t = getattr(gm, name)
+        value = t.tolist() if t.device.type != "meta" and t.numel() <= 64 else tuple(t.shape)
+        text = re.sub(rf"\b{name}\b", f"<constant {t.dtype} {value}>", text)
+    return text
+
+
+def _refuse_a_forward_that_reads_the_mode(model: torch.nn.Module, defaults: dict[str, Any] | None,
+                                          inputs: list[torch.Tensor], gm: fx.GraphModule, path: Path) -> None:
+    """kgen traces Model in eval mode, and ModelNew computes that graph in either mode. A forward that branches on
+    self.training (or passes it to an op) computes something else in training mode, the mode an nn.Module starts in
+    and a benchmark harness runs, so such a model is refused rather than matched in one mode. The training-mode trace
+    is compared after the same clean-up; where it cannot be traced or run at all, the eval graph's own checks speak."""
+    model.train()
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):  # ShapeProp prints a traceback before it raises
+            other = _trace(model, defaults, len(inputs))
+            ShapeProp(other).propagate(*inputs)
+        _drop_identities(other)
+        differs = _graph_text(other) != _graph_text(gm)
+    except Exception:
+        differs = False
+    finally:
+        model.eval()
+    if differs:
+        raise Unsupported(f"{path.name}: Model.forward computes another graph in training mode than in eval mode (it "
+                        "reads self.training, e.g. F.dropout(x, p, training=self.training) or an if on it); kgen "
+                        "generates one graph for both modes: make forward independent of self.training")
+
+
 def load_problem(path: str | Path) -> Problem:
     """The problem file at `path`, executed, traced by torch.fx and its shapes propagated on the meta device.
     Thread-safe (tracing is serialized)."""
@@ -487,8 +530,7 @@ def _load_problem(path: str | Path) -> Problem:
     model.eval()
     try:
         defaults = _defaults_left(model, len(inputs))
-        gm = fx.GraphModule(model, _Tracer().trace(model, concrete_args=defaults), "Model")
-        _drop_specialization_guards(gm, len(inputs))
+        gm = _trace(model, defaults, len(inputs))
     except Exception as exc:
         raise KgenError(f"{path.name}: torch.fx cannot trace Model ({_first_line(exc)}); kgen needs a traceable forward without data-dependent control flow") from None
     needed = [n.target for n in gm.graph.nodes if n.op == "placeholder"]
@@ -504,6 +546,7 @@ def _load_problem(path: str | Path) -> Problem:
         raise KgenError(f"{path.name}: Model(*get_init_inputs()) rejects get_inputs() shapes: {_first_line(root)}; "
                         "fix the model's arguments or input shapes") from None
     _drop_identities(gm)
+    _refuse_a_forward_that_reads_the_mode(model, defaults, inputs, gm, path)
     _follow_writes(gm)
     _fold_shape_numbers(gm, inputs)
     return Problem(

@@ -84,6 +84,11 @@ def test_constructor_signature_mirrors_model_and_checks_arguments():
     ("import torch\nimport torch.nn as nn\nclass Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
      "        self.p = nn.AvgPool2d(2)\n    def forward(self, x):\n        return torch.relu(self.p(x))\n"
      "def get_inputs():\n    return [torch.rand(1, 2, 8, 8)]\ndef get_init_inputs():\n    return []\n", r"bad.py:8: .*relu.*outside the pool family"),
+    # a forward that branches on self.training: kgen traces eval mode, a harness runs the training mode it starts in
+    ("import torch\nimport torch.nn.functional as F\nclass Model(torch.nn.Module):\n    def forward(self, x):\n"
+     "        x = x * 0.5 if self.training else x\n        return F.max_pool2d(x, 2)\n"
+     "def get_inputs():\n    return [torch.rand(1, 2, 8, 8)]\ndef get_init_inputs():\n    return []\n",
+     r"another graph in training mode than in eval mode.*make forward independent of self.training"),
 ])
 def test_bad_problem_files_give_one_clear_line_and_write_nothing(tmp_path, body, message):
     prob = tmp_path / "bad.py"
