@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from kgen.errors import Unsupported
 from kgen.geometry import conv_same_padding
 from kgen.pointwise import ROWS, Node, Program, Ref, node as pw_node
-from kgen.problem import Problem, where  # noqa: F401 (where: also read as ops.where)
+from kgen.problem import Problem, is_tensor, where
 
 
 @dataclass(frozen=True)
@@ -644,7 +644,7 @@ def pointwise_program(gm: fx.GraphModule, start: fx.Node, end: fx.Node) -> Progr
     path = between(gm, start, end)
     inside = set(path)
     for n in path:
-        if not hasattr(n.meta.get("tensor_meta"), "shape"):  # a number kgen.problem did not fold: it follows the batch
+        if not is_tensor(n):  # a number kgen.problem did not fold: it follows the batch
             raise Unsupported(f"{where(n)}: a number computed from the batch size (dim 0 of a tensor's shape); kgen "
                               "keeps the batch a run-time value, so only numbers from the other dims can be constants")
         op = normalize(n, gm)

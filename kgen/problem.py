@@ -275,14 +275,15 @@ _ALIAS_FUNCS = {torch.flatten, torch.reshape, torch.squeeze, torch.unsqueeze, to
                torch.swapaxes, torch.t, torch.diagonal, torch.as_strided, operator.getitem}
 
 
-def _is_tensor(v: Any) -> bool:
+def is_tensor(v: Any) -> bool:
+    """Whether v is a traced node whose value is a tensor (ShapeProp gave it a shape)."""
     return isinstance(v, fx.Node) and hasattr(v.meta.get("tensor_meta"), "shape")
 
 
 def _writes_in_place(node: fx.Node, gm: fx.GraphModule) -> bool:
     """Whether node writes into the storage of its first argument (a tensor): x.mul_(2), torch.relu_(x), x += 1,
     F.relu(x, inplace=True) or F.relu(x, True), nn.ReLU(inplace=True)."""
-    if not node.args or not _is_tensor(node.args[0]):
+    if not node.args or not is_tensor(node.args[0]):
         return False
     if node.op == "call_method":
         return node.target.endswith("_") and not node.target.startswith("_")
@@ -310,12 +311,12 @@ def _aliases_input(node: fx.Node) -> bool:
         return False
     if node.target is getattr:
         return node.args[1:] in (("T",), ("mT",), ("H",), ("mH",), ("real",), ("imag",), ("data",))
-    return node.target in _ALIAS_FUNCS and (_is_tensor(node.args[0]) or _aliases_input(node.args[0]))
+    return node.target in _ALIAS_FUNCS and (is_tensor(node.args[0]) or _aliases_input(node.args[0]))
 
 
-def _storage_sharers(x: fx.Node, before: int) -> set[fx.Node]:
-    """The values created before position `before` that share x's storage through views (x itself not included)."""
-    order = {n: i for i, n in enumerate(x.graph.nodes)}
+def _storage_sharers(x: fx.Node, before: int, order: dict[fx.Node, int]) -> set[fx.Node]:
+    """The values created before position `before` (in the graph `order`) that share x's storage through views (x
+    itself not included)."""
     group, todo = {x}, [x]
     while todo:
         v = todo.pop()
@@ -341,7 +342,7 @@ def _follow_writes(gm: fx.GraphModule) -> None:
             what = "the model's input" if x.op == "placeholder" else f"the model's tensor self.{x.target}"
             raise KgenError(f"{where(w)}: writes in place into {what} {x.name}; ModelNew leaves its inputs and tensors "
                             "unchanged, so write the op out of place (y = torch.relu(x), not torch.relu_(x) or x += 1)")
-        if any(order[u] > order[w] for v in _storage_sharers(x, order[w]) for u in v.users):
+        if any(order[u] > order[w] for v in _storage_sharers(x, order[w], order) for u in v.users):
             raise KgenError(f"{where(w)}: writes in place into {x.name}, whose storage a view shares with a value read "
                             "after the write; kgen follows values, not storage: write the op out of place")
         for u in [u for u in x.users if order[u] > order[w]]:
@@ -363,9 +364,9 @@ _NUMBER_OPS = {operator.getitem, operator.add, operator.sub, operator.mul, opera
 def _is_shape_number(n: fx.Node, numbers: set[fx.Node]) -> bool:
     """Whether n computes a number (or a tuple of them) from tensor shapes alone."""
     if n.op == "call_function" and n.target is getattr:
-        return len(n.args) == 2 and n.args[1] in ("shape", "ndim") and _is_tensor(n.args[0])
+        return len(n.args) == 2 and n.args[1] in ("shape", "ndim") and is_tensor(n.args[0])
     if n.op == "call_method":
-        return n.target in _SHAPE_METHODS and _is_tensor(n.args[0]) and \
+        return n.target in _SHAPE_METHODS and is_tensor(n.args[0]) and \
             not any(isinstance(a, fx.Node) for a in [*n.args[1:], *n.kwargs.values()])
     return n.op == "call_function" and n.target in _NUMBER_OPS and bool(n.all_input_nodes) and \
         all(a in numbers for a in n.all_input_nodes)

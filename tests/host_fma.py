@@ -49,12 +49,12 @@ inline void __syncthreads() { g_bar->arrive_and_wait(); }
 inline void __syncwarp(unsigned = 0xffffffffu) { g_warp_bars[threadIdx.x / 32]->arrive_and_wait(); }
 inline float4 make_float4(float a, float b, float c, float d) { return float4{a, b, c, d}; }
 inline float2 make_float2(float a, float b) { return float2{a, b}; }
-static float g_shfl[1024];  // a shuffle's exchange slots, one a thread of the running block
-inline float __shfl_xor_sync(unsigned, float v, int s) {
+template <class V> inline V __shfl_xor_sync(unsigned, V v, int s, int = 32) {  // float or int; width: lanes s < it
+  static V slots[1024];  // the exchange slots, one a thread of the running block
   const unsigned t = threadIdx.x;
-  g_shfl[t] = v;
+  slots[t] = v;
   __syncwarp();
-  const float r = g_shfl[t ^ static_cast<unsigned>(s)];
+  const V r = slots[t ^ static_cast<unsigned>(s)];
   __syncwarp();
   return r;
 }

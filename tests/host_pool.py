@@ -12,16 +12,6 @@ from tests.host_fma import GXX, PRELUDE, section
 
 SHIM = r"""
 inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
-static int g_shfl_i[1024];
-inline float __shfl_xor_sync(unsigned m, float v, int s, int) { return __shfl_xor_sync(m, v, s); }
-inline int __shfl_xor_sync(unsigned, int v, int s, int) {
-  const unsigned t = threadIdx.x;
-  g_shfl_i[t] = v;
-  __syncwarp();
-  const int r = g_shfl_i[t ^ static_cast<unsigned>(s)];
-  __syncwarp();
-  return r;
-}
 namespace kgen {
 constexpr int imin(int a, int b) { return a < b ? a : b; }
 constexpr int imax(int a, int b) { return a > b ? a : b; }
