@@ -641,6 +641,20 @@ def offset_type(g: Geometry) -> OffsetType:
     return next(t for t in OFFSET_TYPES if n <= t.limit)
 
 
+def disjoint_row_windows(g: Geometry, lanes: dict | None, indices: bool) -> bool:
+    """Single-row windows that do not overlap ((KW - 1) * DW + 1 <= SW) take the simple forward, whose lanes load only
+    their own windows and store consecutive outputs, where the window design loses: windows with gaps between them
+    where the lanes design does not apply (stride not dividing a vector), and int64 index outputs (the window design
+    stores a thread's VO indices at a VO x 8-byte stride across the warp). H100, tests/dev/pool_variants.py, forward
+    window -> simple: MaxPool1d(2, 3, 1) float32 on 32 x 256 x 100000 2.595 -> 1.530 ms (56% -> 94% of the copy-rate
+    floor), its return_indices [1] float16 on 121 x 256 x 4096 0.541 -> 0.231 (36% -> 85%; eager 0.411), MaxPool1d(2,
+    return_indices) float16 0.823 -> 0.321. Windows that touch (k == s) without indices keep their design: the simple
+    forward lost there (MaxPool1d(2) float32 1.592 -> 1.871 ms, AdaptiveMaxPool1d(8) on 128 columns 0.055 -> 0.083)."""
+    KD, KH, KW = g.kernel
+    ekw = (KW - 1) * g.dilation[2] + 1
+    return KD == 1 and KH == 1 and ekw <= g.stride[2] and (indices or (ekw < g.stride[2] and lanes is None))
+
+
 def plan(spec: Spec) -> dict:
     """Designs and tilings, derived once."""
     g = geometry(spec)
@@ -651,6 +665,8 @@ def plan(spec: Spec) -> dict:
     lanes = None if g.adaptive else lanes_tiling(g, isz)
     if spec.nd == 2 and g.reduce == "avg" and not g.adaptive and KH * KW >= COLSUM_MIN_WINDOW:
         out["forward"], out["tiling"] = "colsum", colsum_tiling(g, isz)
+    elif disjoint_row_windows(g, lanes, spec.outputs != "values"):
+        out["forward"], out["tiling"] = "simple", simple_tiling(g)
     elif lanes is not None and KD == 1 and KH == 1 and not (
             window is not None and window["seg"] == window["vo"] * g.stride[2] and g.out[2] % window["vo"] == 0):
         # Single-row windows (1-d pooling): lanes, unless each window-design thread already reads exactly its own

@@ -88,11 +88,35 @@ def _simple_disjoint_1d():
             "lanes_tiling": lambda g, *a: None if disjoint(g) else lanes(g, *a)}
 
 
+def _simple_disjoint_1d_no_lanes():
+    """As _simple_disjoint_1d, but only where the lanes design does not apply (stride not dividing a vector)."""
+    window, lanes = pool.window_tiling, pool.lanes_tiling
+
+    def disjoint(g, *a) -> bool:
+        return (g.kernel[:2] == (1, 1) and (g.kernel[2] - 1) * g.dilation[2] + 1 <= g.stride[2]
+                and lanes(g, a[0]) is None)
+    return {"window_tiling": lambda g, *a: None if disjoint(g, *a) else window(g, *a)}
+
+
+# 1-d windows that do not overlap, for the simple-forward rule (docs/notes/pool_plan.md): --extra
+EXTRA = {
+    "maxpool1d_k2s3p1_idx_fp16": ("nn.MaxPool1d(2, 3, 1, return_indices=True)", (121, 256, 4096), "float16"),
+    "maxpool1d_k2s3p1": ("nn.MaxPool1d(2, 3, 1)", (32, 256, 100000), "float32"),
+    "maxpool1d_k2s3p1_bf16": ("nn.MaxPool1d(2, 3, 1)", (32, 256, 100000), "bfloat16"),
+    "maxpool1d_k2": ("nn.MaxPool1d(2)", (32, 256, 100000), "float32"),
+    "maxpool1d_k2_idx_fp16": ("nn.MaxPool1d(2, return_indices=True)", (121, 256, 4096), "float16"),
+    "avgpool1d_k3s5": ("nn.AvgPool1d(3, 5)", (32, 256, 100000), "float32"),
+    "avgpool1d_k4s4_bf16": ("nn.AvgPool1d(4)", (32, 256, 100000), "bfloat16"),
+}
+
+
 # label -> attribute overrides of kgen.families.pool (constants or functions)
 VARIANTS = {
     "default": {},
     "simple": {"window_tiling": lambda *a: None, "lanes_tiling": lambda *a: None},  # one output a lane group
     "simple_disjoint_1d": _simple_disjoint_1d(),
+    "simple_disjoint_1d_no_lanes": _simple_disjoint_1d_no_lanes(),
+    "window_disjoint_1d": {"disjoint_row_windows": lambda *a: False},  # before the rule: the window design
     "col_batch4": {"COL_BATCH": 4},  # the simple forward keeps 4 column loads of a row in flight a lane
     "row_split_fill2": {"ROW_SPLIT_FILL": 2},  # rows split where outputs fill under half the GPU (default: a quarter)
     "gather": {"tile_tiling": lambda g, isz, osz: None, "scatter_tiling": lambda g, isz, osz: None},
@@ -171,12 +195,14 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--jobs", type=int, default=16)
     ap.add_argument("--compile", action="store_true", help="time torch.compile of Model in the same turns")
+    ap.add_argument("--extra", action="store_true", help="EXTRA's problems (1-d windows that do not overlap)")
     a = ap.parse_args()
     bw = copy_bandwidth_gbs()
     print(f"{torch.cuda.get_device_name()} torch {torch.__version__} copy {bw:.0f} GB/s", flush=True)
     folder = Path(tempfile.mkdtemp(prefix="kgen_pool_variants_"))
     gens = {}
     sources = (random_benchmark_sources(a.random, a.seed) if a.random
+               else {n: problem_source(*EXTRA[n]) for n in EXTRA} if a.extra
                else {n: problem_source(*PROBLEMS[n]) for n in PROBLEMS})
     a.only = a.only or list(sources)
     for name in a.only:
