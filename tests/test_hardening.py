@@ -2,6 +2,7 @@
 build cache (killed builds, concurrent imports, corrupted entries, compiler errors)."""
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import pytest
 import torch
 
 from tests.families import all_families, setup_problem
+from tests.helpers import REPO
 
 # One small float32 problem per registered family (each family's tests/test_<name>.py exports HARDENING).
 FAMILY_PROBLEMS = {fc.name: fc.hardening for fc in all_families()}
@@ -226,3 +228,48 @@ def test_unrequested_gradients_cost_no_extra_kernels(family):
     assert 1 <= kgen_kernels(True, False) <= everything
     if list(new.parameters()):
         assert kgen_kernels(True, False) < everything
+
+
+# ------------------------------------------------------------------------------------ error messages (no GPU)
+
+# What a TORCH_CHECK message argument may be: string literals, the problem's and the check's names, and calls that
+# return strings. A number streamed into the message (c10::str's ostream path) crashed the process with a segfault on
+# the device (H100, torch 2.11.0+cu130: the fixed-batch refusal `"got ", c.x.size(0)` segfaulted at every batch but the
+# traced one, while the messages built by std::to_string printed), so numbers go through std::to_string.
+MESSAGE_NAMES = {"kProblem", "problem", "what", "kernel"}
+MESSAGE_CALLS = ("std::to_string(", "std::string(", "shape_str(", "want_str(", "dtype_name(", "kgen_glue::shape_str(",
+                 "kgen_glue::want_str(", "kgen_glue::dtype_name(", "cudaGetErrorString(", "cudaGetErrorName(")
+
+
+def _check_calls(text: str):
+    """The argument lists of every TORCH_CHECK(...) in text, split at top-level commas."""
+    for m in re.finditer(r"\bTORCH_CHECK\(", text):
+        depth, i, args, start, quote = 1, m.end(), [], m.end(), False
+        while depth:
+            ch = text[i]
+            if ch == '"' and text[i - 1] != "\\":
+                quote = not quote
+            elif not quote and ch in "([{":
+                depth += 1
+            elif not quote and ch in ")]}":
+                depth -= 1
+            elif not quote and ch == "," and depth == 1:
+                args.append(text[start:i].strip())
+                start = i + 1
+            i += 1
+        args.append(text[start:i - 1].strip())
+        yield args
+
+
+def _message_arg_ok(arg: str) -> bool:
+    return (re.fullmatch(r'("([^"\\]|\\.)*"\s*)+', arg) is not None or arg in MESSAGE_NAMES
+            or arg.startswith(MESSAGE_CALLS) or re.fullmatch(r"[\w.>()-]+\.str\(\)", arg) is not None)
+
+
+def test_error_messages_format_numbers_as_strings():
+    sources = [p for p in (REPO / "templates").rglob("*") if p.suffix in (".j2", ".h", ".cuh")]
+    checks = [(p.name, args) for p in sources for args in _check_calls(p.read_text())]
+    assert len(checks) >= 15  # every family's binding and the shared glue
+    bad = [(name, arg) for name, args in checks for arg in args[1:] if not _message_arg_ok(arg)]
+    assert bad == []
+    assert not _message_arg_ok("c.x.size(0)") and not _message_arg_ok("saved.size()")  # what the rule is for
