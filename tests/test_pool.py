@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
+import re
 import shutil
 
 import pytest
@@ -380,6 +381,70 @@ def test_random_problem_spec_matches_pytorch(seed):
     assert ctx["design"] in ("lanes", "window", "colsum", "simple") and pool.describe(spec)
     fwd, train = pool.traffic(spec, 2)
     assert 0 < fwd <= train
+
+
+def spec_reference(spec, x: torch.Tensor):
+    """PyTorch's own pooling op called with the spec's parameters alone: what the kernels are generated from."""
+    nd = spec.nd
+    if spec.op == "avg":
+        kw = dict(kernel_size=spec.kernel, stride=spec.stride, padding=spec.padding, ceil_mode=spec.ceil_mode,
+                  count_include_pad=spec.count_include_pad)
+        if nd > 1:
+            kw["divisor_override"] = spec.divisor_override
+        return getattr(F, f"avg_pool{nd}d")(x, **kw)
+    if spec.op == "adaptive_avg":
+        return getattr(F, f"adaptive_avg_pool{nd}d")(x, spec.out)
+    if spec.op == "max":
+        v, i = getattr(F, f"max_pool{nd}d")(x, spec.kernel, spec.stride, spec.padding, spec.dilation, spec.ceil_mode, True)
+    else:
+        v, i = getattr(F, f"adaptive_max_pool{nd}d")(x, spec.out, True)
+    return {"values": v, "indices": i, "both": (v, i)}[spec.outputs]
+
+
+# Positional and keyword spellings of the pooling calls (a scope probe's forms): their spec must carry every argument
+SPELLINGS = {
+    1: ["F.avg_pool1d(x, 3, 2, 1, True, False)", "F.max_pool1d(x, 3, None, 1, 2)", "torch.max_pool1d(x, 4, 3)",
+        "F.max_pool1d(x, 3, 2, return_indices=True)", "torch.avg_pool1d(x, 3, 2, 1, True, False)",
+        "F.adaptive_max_pool1d(x, 7, True)[1]", "torch.adaptive_avg_pool1d(x, 5)", "F.max_pool1d_with_indices(x, 2)[1]"],
+    2: ["F.avg_pool2d(x, 3, 2, 1, True, False, 2)", "F.max_pool2d(x, 3, 2, 1, 2, True)", "F.max_pool2d(x, 3, 2, 1, 2, False, True)[1]",
+        "torch.max_pool2d(x, 3, [2, 1], [1, 0])", "F.avg_pool2d(x, kernel_size=3, stride=[])", "F.max_pool2d(x, 3, stride=[])",
+        "F.adaptive_max_pool2d(x, (5, None), True)[1]", "F.max_pool2d_with_indices(x, 3)[0]",
+        "F.avg_pool2d(x, (3, 2), (1, 2), (1, 0), False, True, None)", "F.adaptive_avg_pool2d(x, output_size=[4, 3])",
+        "torch.nn.functional.max_pool2d(input=x, kernel_size=2)", "F.avg_pool2d(x, 2).contiguous()"],
+    3: ["F.avg_pool3d(x, (2, 3, 1), None, 0, True, True, 3)", "F.max_pool3d(x, 2, 1, 1, 1, False, True)[0]",
+        "torch.max_pool3d(x, (1, 2, 2), (1, 2, 1))", "F.adaptive_avg_pool3d(x, (None, 2, 3))"],
+}
+
+
+def _check_spec_reference(source: str) -> None:
+    spec, problem = _spec(source)
+    ns = problem.namespace
+    with torch.device("meta"):
+        shape = tuple(ns["get_inputs"]()[0].shape)
+    x = torch.randn(shape)
+    if shape[-1] > 1:
+        x[..., 1] = x[..., 0]  # ties in some windows
+    want, got = ns["Model"](*ns["get_init_inputs"]())(x), spec_reference(spec, x)
+    want, got = (t if isinstance(t, tuple) else (t,) for t in (want, got))
+    assert len(want) == len(got)
+    for w, g in zip(want, got):
+        assert w.dtype == g.dtype and w.shape == g.shape and torch.equal(w, g)
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_random_specs_reproduce_pytorch_on_the_cpu(seed):
+    """Every argument the matcher reads (kernel, stride, padding, dilation, ceil_mode, count_include_pad,
+    divisor_override, output size, which outputs) reproduces the Model's values and indices when handed back to
+    PyTorch's op: a misread argument that keeps the output shape fails here without a GPU."""
+    source = random_problem(random.Random(seed))
+    source = re.sub(r", dtype=torch\.\w+", "", source)  # float32 on the CPU; the dtype is a field of its own
+    _check_spec_reference(source)
+
+
+@pytest.mark.parametrize("call", [(nd, c) for nd, calls in SPELLINGS.items() for c in calls], ids=lambda c: c[1])
+def test_positional_and_keyword_spellings_reproduce_pytorch(call):
+    nd, text = call
+    _check_spec_reference(write_problem_call(text, {1: (2, 3, 37), 2: (2, 3, 17, 19), 3: (2, 3, 7, 9, 10)}[nd]))
 
 
 @pytest.mark.parametrize("case_id,source", CASES, ids=[c[0] for c in CASES])
