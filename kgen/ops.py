@@ -471,6 +471,12 @@ def normalize(node: fx.Node, gm: fx.GraphModule) -> Op:
         return Op("view", _view_dim0(node, len(in_shape)), shape, in_shape, at, label, None, dtype)
     if node.op == "call_function" and node.target in CONV_FUNCS:
         return _functional_conv(node, gm, in_shape, shape, dtype, at, label)
+    if (node.op == "call_function" and node.target not in POOL_FUNCS and node.target not in _REDUCE_FUNCS
+            and node.target not in _EXTREMA and node.target not in (operator.getitem, getattr)) or \
+            (node.op == "call_method" and node.target not in _REDUCE_METHODS and node.target not in _EXTREMA):
+        # an op no family takes (torch.where, a comparison, ...): "other", named as such by the family, whatever its
+        # arguments are
+        return Op("other", {}, shape, in_shape, at, label, None, dtype)
     args = tuple(_const(a, node, "an argument") for a in node.args[1:])
     kwargs = {k: _const(v, node, k) for k, v in node.kwargs.items()}
 

@@ -419,7 +419,31 @@ def _fold_shape_numbers(gm: fx.GraphModule, inputs: list[torch.Tensor]) -> None:
 def _trace(model: torch.nn.Module, defaults: dict[str, Any] | None, given: int) -> fx.GraphModule:
     gm = fx.GraphModule(model, _Tracer().trace(model, concrete_args=defaults), "Model")
     _drop_specialization_guards(gm, given)
+    _input_positional(gm)
     return gm
+
+
+def _takes_input_first(fn: Any) -> bool:
+    """Whether fn's first parameter is named `input` (F.conv2d, torch.sigmoid, F.relu, nn.Conv2d.forward after self)."""
+    try:
+        params = [p for p in inspect.signature(fn).parameters if p != "self"]
+        return params[:1] == ["input"]
+    except (TypeError, ValueError):  # torch's builtins: their schemas
+        sigs = fx.operator_schemas.get_signature_for_torch_op(fn) or []
+        return any(list(sig.parameters)[:1] == ["input"] for sig in sigs)
+
+
+def _input_positional(gm: fx.GraphModule) -> None:
+    """A call that passes its tensor as input= (F.conv2d(input=x, weight=...), torch.relu(input=x), self.conv(input=x))
+    takes it as its first positional argument instead, as every later stage reads a call's tensor."""
+    for node in gm.graph.nodes:
+        if node.args or "input" not in node.kwargs or node.op not in ("call_function", "call_module"):
+            continue
+        fn = node.target if node.op == "call_function" else type(gm.get_submodule(node.target)).forward
+        if _takes_input_first(fn):
+            kwargs = dict(node.kwargs)
+            node.args, node.kwargs = (kwargs.pop("input"),), kwargs
+    gm.recompile()
 
 
 def _graph_text(gm: fx.GraphModule) -> str:

@@ -1070,6 +1070,8 @@ REWRITTEN = [  # (id, forward as written, the same forward written out of place)
     ("augmented_number", ["n = x.size(1)", "n += 2", "return x / n"], ["return x / 10"]),
     ("view_of_batch_and_channels", ["x = x.amax(dim=(2, 3), keepdim=True)", "return x.view(x.size(0), x.size(1))"],
      ["x = x.amax(dim=(2, 3), keepdim=True)", "return x.view(x.size(0), 8)"]),
+    ("keyword_input", ["x = F.relu(input=x)", "x = torch.clamp(input=x, min=-0.5, max=2.0)", "return torch.sum(input=x, dim=1)"],
+     ["x = F.relu(x)", "x = torch.clamp(x, min=-0.5, max=2.0)", "return torch.sum(x, dim=1)"]),
 ]
 _REWRITE_INIT = ["self.act = nn.ReLU(inplace=True)", "self.alpha = nn.Parameter(torch.tensor(0.7))"]
 
@@ -1087,6 +1089,30 @@ def test_writes_in_place_and_numbers_from_shapes_mean_what_pytorch_computes(writ
         return {k: re.sub(r"kgen_conv2d_epilogue_[0-9a-f]{8}|p_[0-9a-f]{12}|kgen-checksum: [0-9a-f]+", "NAME", v)
                 for k, v in out.items()}
     assert files(written) == files(plain)
+
+
+@pytest.mark.parametrize("form,written", [("module", "self.conv(input=x)"), ("functional", "F.conv2d(input=x, weight=self.w, bias=self.b")])
+def test_the_convolution_called_with_keywords_is_the_same_problem(form, written):
+    """F.conv2d(input=x, weight=..., bias=...) and self.conv(input=x) were refused (the family reads a call's tensor
+    as its first positional argument; kgen.problem now moves input= there): the same files as the positional call."""
+    plain = conv_epilogue_problem((2, 4, 10, 11), conv(4, 8, 3, stride=2), CONV_IN + ["return torch.tanh(x)"], form=form)
+    positional = "self.conv(x)" if form == "module" else "F.conv2d(x, self.w, self.b"
+    assert plain.count(positional) == 1
+    source = plain.replace(positional, written)
+    check_program(source)
+
+    def files(text: str) -> dict[str, str]:
+        out = emit.generate(write_problem(text)).files
+        return {k: re.sub(r"kgen_conv2d_epilogue_[0-9a-f]{8}|p_[0-9a-f]{12}|kgen-checksum: [0-9a-f]+", "NAME", v)
+                for k, v in out.items()}
+    assert files(source) == files(plain)
+
+
+def test_an_op_outside_the_family_is_named_whatever_its_arguments():
+    """torch.where(x > 0, x, 0.1 * x) was refused as "an argument is computed at run time"; the refusal names the
+    first op the family does not take."""
+    with pytest.raises(KgenError, match=r"torch.where\(x > 0, x, 0.1 \* x\): torch.gt is not a pointwise op"):
+        _spec(_rewrite_problem(["return torch.where(x > 0, x, 0.1 * x)"]))
 
 
 @pytest.mark.parametrize("lines,message", [
