@@ -1070,6 +1070,12 @@ REWRITTEN = [  # (id, forward as written, the same forward written out of place)
     ("augmented_number", ["n = x.size(1)", "n += 2", "return x / n"], ["return x / 10"]),
     ("view_of_batch_and_channels", ["x = x.amax(dim=(2, 3), keepdim=True)", "return x.view(x.size(0), x.size(1))"],
      ["x = x.amax(dim=(2, 3), keepdim=True)", "return x.view(x.size(0), 8)"]),
+    ("max_pool_values_of_indices", ["return torch.tanh(F.max_pool2d(x, 2, return_indices=True)[0])"],
+     ["return torch.tanh(F.max_pool2d(x, 2))"]),
+    ("adaptive_max_values_of_indices", ["y = F.adaptive_max_pool2d(x, (3, 4), True)", "return y[0] * 2"],
+     ["return F.adaptive_max_pool2d(x, (3, 4)) * 2"]),
+    ("global_max_with_indices", ["return F.adaptive_max_pool2d_with_indices(x, 1)[0].flatten(1)"],
+     ["return F.adaptive_max_pool2d(x, 1).flatten(1)"]),
     ("keyword_input", ["x = F.relu(input=x)", "x = torch.clamp(input=x, min=-0.5, max=2.0)", "return torch.sum(input=x, dim=1)"],
      ["x = F.relu(x)", "x = torch.clamp(x, min=-0.5, max=2.0)", "return torch.sum(x, dim=1)"]),
 ]

@@ -190,9 +190,6 @@ def _stage(op: Op, in_shape: tuple[int, ...], batched: bool) -> Stage:
         if p["nd"] != 2 or len(in_shape) != 4:
             raise Unsupported(f"{op.where}: {op.label} on a {len(in_shape)}-d value; after the convolution the {NAME} "
                               "family pools (N, C, H, W) values in 2-d")
-        if p["return_indices"]:
-            raise Unsupported(f"{op.where}: {op.label} with return_indices=True after a convolution is not supported; "
-                              "drop return_indices")
         if p["op"].startswith("adaptive") and p["output_size"] == (1, 1):  # PyTorch: a mean / max over (H, W)
             kind = "mean" if p["op"] == "adaptive_avg" else "window_max"
             return Stage("reduce", kind, in_shape, out_shape, batched, batched, dims=(2, 3), keepdim=True)
@@ -255,7 +252,10 @@ def _tail(gm: fx.GraphModule, conv: fx.Node, conv_shape: tuple[int, ...], out: f
         programs.append(_program(gm, cur, inp))
         stage = _stage(op, shape, batched)
         end = node
-        if op.kind in ("max_dim", "min_dim"):
+        pair_out = op.kind == "pool" and (op.params.get("returns_tuple") or op.params.get("return_indices"))
+        if op.kind in ("max_dim", "min_dim") or pair_out:
+            # (values, indices): only the values may be read on ([0], .values); a pooling module or call with
+            # return_indices=True read through [0] is the pooling without them
             users = list(node.users)
             picks = [u for u in users if (u.target is operator.getitem and u.args[1:] == (0,))
                      or (u.target is getattr and u.args[1:] == ("values",))]
