@@ -1,6 +1,7 @@
 """The generated module in the situations real users put it in (GPU): CUDA graph capture of a forward and of a
-whole training step, torch.compile(mode="reduce-overhead"), a non-default stream with a pending producer, and a
-second GPU (cuda:1 tensors, torch.cuda.device(1)). Every registered family's HARDENING problem."""
+whole training step, torch.compile(mode="reduce-overhead"), a non-default stream with a pending producer, a
+second GPU (cuda:1 tensors, torch.cuda.device(1)), and torch.inference_mode (as some harnesses time) followed by
+training. Every registered family's HARDENING problem."""
 
 import pytest
 import torch
@@ -14,6 +15,34 @@ TOL = dict(atol=1e-4, rtol=1e-4)
 
 def setup(family, device="cuda"):
     return setup_problem(FAMILY_PROBLEMS[family], device)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("family", FAMS)
+def test_inference_mode_then_a_training_step(family):
+    """A forward under torch.inference_mode (inference tensors in and out), then the same module trained: nothing
+    made under inference mode may reach autograd (PyTorch refuses to save inference tensors for backward)."""
+    model, new, shape = setup(family)
+    x = torch.randn(shape, device="cuda")
+    with torch.inference_mode():
+        xi = x.clone()
+        y = new(xi)
+        y2 = new(xi)  # a second call: whatever the first one cached
+    assert y.is_inference()
+    with torch.no_grad():
+        ref = model(x)
+    torch.testing.assert_close(y, ref, **TOL)
+    torch.testing.assert_close(y2, ref, **TOL)
+    xg = x.clone().requires_grad_(True)
+    xr = x.clone().requires_grad_(True)
+    out, ref = new(xg), model(xr)
+    torch.testing.assert_close(out, ref, **TOL)
+    g = torch.randn_like(ref)
+    out.backward(g)
+    ref.backward(g)
+    torch.testing.assert_close(xg.grad, xr.grad, **TOL)
+    for p, pr in zip(new.parameters(), model.parameters()):
+        torch.testing.assert_close(p.grad, pr.grad, **TOL)
 
 
 @pytest.mark.gpu
