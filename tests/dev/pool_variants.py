@@ -100,6 +100,10 @@ def _simple_disjoint_1d_no_lanes():
 
 # 1-d windows that do not overlap, for the simple-forward rule (docs/notes/pool_plan.md): --extra
 EXTRA = {
+    # the same question for 2-d windows (not measured yet): variant simple_indices
+    "maxpool2d_k3s2p1_idx": ("nn.MaxPool2d(3, 2, 1, return_indices=True)", (32, 96, 192, 192), "float32"),
+    "maxpool2d_k2_idx_fp16": ("nn.MaxPool2d(2, return_indices=True)", (32, 96, 192, 192), "float16"),
+    "maxpool3d_k2_idx": ("nn.MaxPool3d(2, return_indices=True)", (8, 32, 32, 64, 64), "float32"),
     "maxpool1d_k2s3p1_idx_fp16": ("nn.MaxPool1d(2, 3, 1, return_indices=True)", (121, 256, 4096), "float16"),
     "maxpool1d_k2s3p1": ("nn.MaxPool1d(2, 3, 1)", (32, 256, 100000), "float32"),
     "maxpool1d_k2s3p1_bf16": ("nn.MaxPool1d(2, 3, 1)", (32, 256, 100000), "bfloat16"),
@@ -117,6 +121,9 @@ VARIANTS = {
     "simple_disjoint_1d": _simple_disjoint_1d(),
     "simple_disjoint_1d_no_lanes": _simple_disjoint_1d_no_lanes(),
     "window_disjoint_1d": {"disjoint_row_windows": lambda *a: False},  # before the rule: the window design
+    # every window with int64 index outputs on the simple forward (2-d / 3-d too)
+    "simple_indices": {"disjoint_row_windows": lambda g, lanes, indices, rule=pool.disjoint_row_windows:
+                       indices or rule(g, lanes, indices)},
     "col_batch4": {"COL_BATCH": 4},  # the simple forward keeps 4 column loads of a row in flight a lane
     "row_split_fill2": {"ROW_SPLIT_FILL": 2},  # rows split where outputs fill under half the GPU (default: a quarter)
     "gather": {"tile_tiling": lambda g, isz, osz: None, "scatter_tiling": lambda g, isz, osz: None},
