@@ -471,19 +471,17 @@ def normalize(node: fx.Node, gm: fx.GraphModule) -> Op:
         return Op("view", _view_dim0(node, len(in_shape)), shape, in_shape, at, label, None, dtype)
     if node.op == "call_function" and node.target in CONV_FUNCS:
         return _functional_conv(node, gm, in_shape, shape, dtype, at, label)
-    if (node.op == "call_function" and node.target not in POOL_FUNCS and node.target not in _REDUCE_FUNCS
-            and node.target not in _EXTREMA and node.target not in (operator.getitem, getattr)) or \
-            (node.op == "call_method" and node.target not in _REDUCE_METHODS and node.target not in _EXTREMA):
-        # an op no family takes (torch.where, a comparison, ...): "other", named as such by the family, whatever its
-        # arguments are
-        return Op("other", {}, shape, in_shape, at, label, None, dtype)
-    args = tuple(_const(a, node, "an argument") for a in node.args[1:])
-    kwargs = {k: _const(v, node, k) for k, v in node.kwargs.items()}
+    def consts() -> tuple[tuple, dict[str, Any]]:
+        """The arguments after the tensor, each a constant, read only by the ops that take them: an op no family
+        takes (torch.where, a comparison) stays "other", named by the family whatever its arguments are."""
+        return (tuple(_const(a, node, "an argument") for a in node.args[1:]),
+                {k: _const(v, node, k) for k, v in node.kwargs.items()})
 
     def op(kind: str, params: dict[str, Any], label: str, module_path: str | None = None) -> Op:
         return Op(kind, params, shape, in_shape, at, label, module_path, dtype)
 
     if node.op == "call_module":
+        consts()  # a module called with a second, run-time argument is refused here
         mod = gm.get_submodule(node.target)
         if type(mod) is nn.Conv2d:
             k, d = pair(mod.kernel_size, "kernel_size"), pair(mod.dilation, "dilation")
@@ -505,22 +503,23 @@ def normalize(node: fx.Node, gm: fx.GraphModule) -> Op:
         fn = node.target
         if fn in POOL_FUNCS:
             form = POOL_FUNCS[fn]
-            p = _bind(args, kwargs, form.names, form.defaults)
+            p = _bind(*consts(), form.names, form.defaults)
             params = pool_params(form.op, form.nd, p, in_shape, label)
             params["returns_tuple"] = form.returns_tuple or params["return_indices"]
             return op("pool", params, label)
         if fn in _REDUCE_FUNCS or fn in _EXTREMA:
-            return _reduction(_REDUCE_FUNCS.get(fn) or _EXTREMA[fn], args, kwargs, len(in_shape), op, label)
+            return _reduction(_REDUCE_FUNCS.get(fn) or _EXTREMA[fn], *consts(), len(in_shape), op, label)
         if fn is operator.getitem:
-            index = args[0] if args else None
-            return op("getitem", {"index": index}, "indexing")
+            args = consts()[0]
+            return op("getitem", {"index": args[0] if args else None}, "indexing")
         if fn is getattr:
+            args = consts()[0]
             return op("getattr", {"name": args[0] if args else None}, "attribute access")
         return op("other", {}, label)
 
     if node.op == "call_method":
         if node.target in _REDUCE_METHODS or node.target in _EXTREMA:
-            return _reduction(node.target, args, kwargs, len(in_shape), op, label)
+            return _reduction(node.target, *consts(), len(in_shape), op, label)
         return op("other", {}, label)
     return op("other", {}, label)
 

@@ -346,8 +346,7 @@ def _follow_writes(gm: fx.GraphModule) -> None:
             raise KgenError(f"{where(w)}: writes in place into {x.name}, whose storage a view shares with a value read "
                             "after the write; kgen follows values, not storage: write the op out of place")
         for u in [u for u in x.users if order[u] > order[w]]:
-            u.args = fx.map_arg(u.args, lambda a: w if a is x else a)
-            u.kwargs = fx.map_arg(u.kwargs, lambda a: w if a is x else a)
+            u.replace_input_with(x, w)
     gm.recompile()
 
 
@@ -436,6 +435,7 @@ def _takes_input_first(fn: Any) -> bool:
 def _input_positional(gm: fx.GraphModule) -> None:
     """A call that passes its tensor as input= (F.conv2d(input=x, weight=...), torch.relu(input=x), self.conv(input=x))
     takes it as its first positional argument instead, as every later stage reads a call's tensor."""
+    moved = False
     for node in gm.graph.nodes:
         if node.args or "input" not in node.kwargs or node.op not in ("call_function", "call_module"):
             continue
@@ -443,7 +443,9 @@ def _input_positional(gm: fx.GraphModule) -> None:
         if _takes_input_first(fn):
             kwargs = dict(node.kwargs)
             node.args, node.kwargs = (kwargs.pop("input"),), kwargs
-    gm.recompile()
+            moved = True
+    if moved:
+        gm.recompile()
 
 
 def _graph_text(gm: fx.GraphModule) -> str:
