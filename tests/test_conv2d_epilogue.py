@@ -1086,15 +1086,17 @@ def _rewrite_problem(lines: list[str]) -> str:
     return conv_epilogue_problem((2, 4, 10, 11), conv(4, 8, 3, padding=1), CONV_IN + lines, _REWRITE_INIT)
 
 
+def _files_unnamed(source: str) -> dict[str, str]:
+    """The generated files, names by content hash, the problem file's name and checksum aside."""
+    out = emit.generate(write_problem(source)).files
+    return {k: re.sub(r"kgen_conv2d_epilogue_[0-9a-f]{8}|p_[0-9a-f]{12}|kgen-checksum: [0-9a-f]+", "NAME", v)
+            for k, v in out.items()}
+
+
 @pytest.mark.parametrize("written,plain", [r[1:] for r in REWRITTEN], ids=[r[0] for r in REWRITTEN])
 def test_writes_in_place_and_numbers_from_shapes_mean_what_pytorch_computes(written, plain):
     check_program(_rewrite_problem(written))
-
-    def files(forward: list[str]) -> dict[str, str]:  # names by content hash, the problem file's name and checksum aside
-        out = emit.generate(write_problem(_rewrite_problem(forward))).files
-        return {k: re.sub(r"kgen_conv2d_epilogue_[0-9a-f]{8}|p_[0-9a-f]{12}|kgen-checksum: [0-9a-f]+", "NAME", v)
-                for k, v in out.items()}
-    assert files(written) == files(plain)
+    assert _files_unnamed(_rewrite_problem(written)) == _files_unnamed(_rewrite_problem(plain))
 
 
 @pytest.mark.parametrize("form,written", [("module", "self.conv(input=x)"), ("functional", "F.conv2d(input=x, weight=self.w, bias=self.b")])
@@ -1106,12 +1108,7 @@ def test_the_convolution_called_with_keywords_is_the_same_problem(form, written)
     assert plain.count(positional) == 1
     source = plain.replace(positional, written)
     check_program(source)
-
-    def files(text: str) -> dict[str, str]:
-        out = emit.generate(write_problem(text)).files
-        return {k: re.sub(r"kgen_conv2d_epilogue_[0-9a-f]{8}|p_[0-9a-f]{12}|kgen-checksum: [0-9a-f]+", "NAME", v)
-                for k, v in out.items()}
-    assert files(source) == files(plain)
+    assert _files_unnamed(source) == _files_unnamed(plain)
 
 
 def test_an_op_outside_the_family_is_named_whatever_its_arguments():

@@ -88,19 +88,9 @@ def _simple_disjoint_1d():
             "lanes_tiling": lambda g, *a: None if disjoint(g) else lanes(g, *a)}
 
 
-def _simple_disjoint_1d_no_lanes():
-    """As _simple_disjoint_1d, but only where the lanes design does not apply (stride not dividing a vector)."""
-    window, lanes = pool.window_tiling, pool.lanes_tiling
-
-    def disjoint(g, *a) -> bool:
-        return (g.kernel[:2] == (1, 1) and (g.kernel[2] - 1) * g.dilation[2] + 1 <= g.stride[2]
-                and lanes(g, a[0]) is None)
-    return {"window_tiling": lambda g, *a: None if disjoint(g, *a) else window(g, *a)}
-
-
-# 1-d windows that do not overlap, for the simple-forward rule (docs/notes/pool_plan.md): --extra
+# --extra: windows that do not overlap and int64 index outputs, for pool.disjoint_row_windows (docs/notes/pool_plan.md);
+# the 2-d / 3-d ones (not measured yet) for variant simple_indices
 EXTRA = {
-    # the same question for 2-d windows (not measured yet): variant simple_indices
     "maxpool2d_k3s2p1_idx": ("nn.MaxPool2d(3, 2, 1, return_indices=True)", (32, 96, 192, 192), "float32"),
     "maxpool2d_k2_idx_fp16": ("nn.MaxPool2d(2, return_indices=True)", (32, 96, 192, 192), "float16"),
     "maxpool3d_k2_idx": ("nn.MaxPool3d(2, return_indices=True)", (8, 32, 32, 64, 64), "float32"),
@@ -119,7 +109,6 @@ VARIANTS = {
     "default": {},
     "simple": {"window_tiling": lambda *a: None, "lanes_tiling": lambda *a: None},  # one output a lane group
     "simple_disjoint_1d": _simple_disjoint_1d(),
-    "simple_disjoint_1d_no_lanes": _simple_disjoint_1d_no_lanes(),
     "window_disjoint_1d": {"disjoint_row_windows": lambda *a: False},  # before the rule: the window design
     # every window with int64 index outputs on the simple forward (2-d / 3-d too)
     "simple_indices": {"disjoint_row_windows": lambda g, lanes, indices, rule=pool.disjoint_row_windows:
@@ -202,7 +191,7 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--jobs", type=int, default=16)
     ap.add_argument("--compile", action="store_true", help="time torch.compile of Model in the same turns")
-    ap.add_argument("--extra", action="store_true", help="EXTRA's problems (1-d windows that do not overlap)")
+    ap.add_argument("--extra", action="store_true", help="EXTRA's problems (windows that do not overlap, index outputs)")
     a = ap.parse_args()
     bw = copy_bandwidth_gbs()
     print(f"{torch.cuda.get_device_name()} torch {torch.__version__} copy {bw:.0f} GB/s", flush=True)
