@@ -340,7 +340,8 @@ def _param_broadcast(pshape: tuple[int, ...], shape: tuple[int, ...], what: str)
     if n >= 2 and all(p == 1 for i, p in enumerate(aligned) if i != 1):
         return "channel"
     raise Unsupported(f"{what} of shape {tuple(pshape)} varies over dims other than the channel dim; kgen supports "
-                      "scalar and per-channel ((C,1,1) or (1,C,1,1)) parameters")
+                      "scalar and per-channel parameters: shaped (C,1,1) or (1,C,1,1), or viewed so "
+                      "(self.b.view(1, -1, 1, 1))")
 
 
 def attribute(obj: Any, path: str) -> Any:
@@ -355,26 +356,85 @@ def _tensor_constant(target: str) -> bool:
     return re.fullmatch(r"_tensor_constant\d+", target) is not None
 
 
+def _has_node(args: Any) -> bool:
+    found: list[fx.Node] = []
+    fx.node.map_arg(args, found.append)
+    return bool(found)
+
+
+def _is_index_view(index: Any) -> bool:
+    """Whether t[index] only inserts size-1 dims or keeps whole dims: None, ':' and '...' (t[None, :, None, None])."""
+    items = index if isinstance(index, tuple) else (index,)
+    return all(i is None or i is Ellipsis or (isinstance(i, slice) and (i.start, i.stop, i.step) == (None, None, None))
+               for i in items)
+
+
+def tensor_view_source(v: Any) -> fx.Node | None:
+    """The get_attr node when v reads a model tensor, directly or through views written with constant arguments
+    (self.bias.view(1, -1, 1, 1), self.b[None, :, None, None], self.s.unsqueeze(-1).unsqueeze(-1)); else None. Such
+    a view keeps the tensor's elements in its order, so kernels read the registered tensor by channel as it is."""
+    while isinstance(v, fx.Node) and v.op != "get_attr":
+        rest = list(v.args[1:]) + list(v.kwargs.values())
+        if not v.args or _has_node(rest):  # a size read from a run-time tensor: not a constant view
+            return None
+        view = (v.op == "call_function" and v.target in _VIEW_FUNCS) or (v.op == "call_method" and v.target in _VIEW_METHODS) \
+            or (v.op == "call_function" and v.target is operator.getitem and len(v.args) == 2 and _is_index_view(v.args[1]))
+        if not view:
+            return None
+        v = v.args[0]
+    return v if isinstance(v, fx.Node) else None
+
+
+def _model_tensor_sources(v: fx.Node) -> list[str]:
+    """The model tensors v is computed from when it reads no run-time input (self.b[:8], self.w * 2), else []."""
+    seen, stack, found = set(), [v], []
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if n.op == "placeholder":
+            return []
+        if n.op == "get_attr":
+            found.append(n.target)
+        stack.extend(n.all_input_nodes)
+    return sorted(set(found))
+
+
 def _operand(v: Any, gm: fx.GraphModule, shape: tuple[int, ...], at: str, label: str) -> Any:
     """A binary op's operand: a float (a Python number, or a 0-d tensor constant PyTorch captured while tracing),
-    a param Ref (a parameter or buffer of the model, by qualified name), or a Value (a tensor computed in forward)."""
+    a param Ref (a parameter or buffer of the model, by qualified name, read as it is or through views: see
+    tensor_view_source), or a Value (a tensor computed in forward)."""
     if isinstance(v, (bool, int, float)):
         return float(v)
     if not isinstance(v, fx.Node):
         raise Unsupported(f"{at}: {label} operand {v!r} is neither a tensor nor a number")
-    if v.op != "get_attr":
+    src = tensor_view_source(v)
+    if src is None:
+        sources = _model_tensor_sources(v)
+        if sources:
+            raise Unsupported(f"{at}: {label} reads {v.name}, computed in forward from the model's tensor(s) "
+                              f"{', '.join('self.' + t for t in sources)} by an op other than a view; kgen reads model "
+                              "tensors whole, as registered or through views (self.b.view(1, -1, 1, 1)): compute it "
+                              "in __init__ and register the result")
         return Value(v.name)
-    t = attribute(gm, v.target)
+    t = attribute(gm, src.target)
     if not isinstance(t, torch.Tensor):
-        raise Unsupported(f"{at}: {label} reads self.{v.target}, which is not a tensor")
-    if _tensor_constant(v.target) and t.device.type != "meta":
+        raise Unsupported(f"{at}: {label} reads self.{src.target}, which is not a tensor")
+    if _tensor_constant(src.target) and t.device.type == "meta":
+        raise Unsupported(f"{at}: {label} reads a tensor of shape {tuple(t.shape)} that torch.fx computed while tracing "
+                          "from a plain tensor attribute (one not registered as a parameter or buffer); register it "
+                          "with self.register_buffer(name, tensor) or nn.Parameter")
+    if _tensor_constant(src.target):
         if t.numel() != 1:
             raise Unsupported(f"{at}: {label} with a tensor constant of shape {tuple(t.shape)}; kgen takes 0-d "
                               "constants (register larger ones as a parameter or buffer)")
         return float(t.item())
     if t.dtype != torch.float32:
-        raise Unsupported(f"{at}: {label} reads self.{v.target} of dtype {t.dtype}; kgen takes float32 parameters")
-    return Ref.param(v.target, _param_broadcast(tuple(t.shape), shape, f"{at}: {label}: self.{v.target}"))
+        raise Unsupported(f"{at}: {label} reads self.{src.target} of dtype {t.dtype}; kgen takes float32 parameters")
+    read = f"self.{src.target}" + (f" (through {v.name})" if v is not src else "")
+    return Ref.param(src.target, _param_broadcast(_meta(v)[0] if v is not src else tuple(t.shape), shape,
+                                                  f"{at}: {label}: {read}"))
 
 
 def _pointwise(node: fx.Node, gm: fx.GraphModule, shape: tuple[int, ...], at: str, label: str
@@ -426,7 +486,7 @@ def _pointwise(node: fx.Node, gm: fx.GraphModule, shape: tuple[int, ...], at: st
     if extra.get("rounding_mode") is not None:
         raise Unsupported(f"{at}: {label} with rounding_mode={extra['rounding_mode']!r} is not a pointwise op kgen supports")
     a, b = (bound["other"], bound["input"]) if form.swap else (bound["input"], bound["other"])
-    value = next((v for v in (a, b) if isinstance(v, fx.Node) and v.op != "get_attr"), None)
+    value = next((v for v in (a, b) if isinstance(v, fx.Node) and tensor_view_source(v) is None), None)
     if value is None:
         return None  # no run-time tensor operand: not part of a program
     value_shape = _meta(value)[0]
@@ -660,7 +720,7 @@ def pointwise_program(gm: fx.GraphModule, start: fx.Node, end: fx.Node) -> Progr
                               f"{start.name} must keep its shape {in_shape} and dtype {in_dtype}")
         if n is not end and any(u not in inside for u in n.users):
             raise Unsupported(f"{op.where}: the value of {op.label} is also used outside the pointwise program")
-        first = next(a for a in n.all_input_nodes if a.op != "get_attr")
+        first = next(a for a in n.all_input_nodes if tensor_view_source(a) is None)
         # an op written in place may share its operand with readers before it: kgen.problem._follow_writes gave every
         # reader after it the op's value, so the graph is values only
         if "a" in op.params:

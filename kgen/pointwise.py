@@ -738,8 +738,9 @@ def _ns(program: Program, i: int, values: Mapping[Ref, torch.Tensor], g: torch.T
 
 def _values(program: Program, x: torch.Tensor, params: Mapping[str, torch.Tensor]) -> dict[Ref, torch.Tensor]:
     values: dict[Ref, torch.Tensor] = {X: x}
-    for p in program.params:
-        values[p] = params[p.name]
+    for p in program.params:  # shaped to broadcast as the program reads them, whatever shape they are registered in
+        t = params[p.name]
+        values[p] = t.reshape((1, -1) + (1,) * (x.dim() - 2)) if p.broadcast == "channel" else t.reshape(())
     for i in program.live():
         for a in program.nodes[i].args:
             if a.kind == "const":
@@ -749,8 +750,8 @@ def _values(program: Program, x: torch.Tensor, params: Mapping[str, torch.Tensor
 
 def reference_forward(program: Program, x: torch.Tensor, params: Mapping[str, torch.Tensor] | None = None
                       ) -> dict[Ref, torch.Tensor]:
-    """Every live value of the program computed with each row's PyTorch op (params already shaped to broadcast),
-    its parameters in x's dtype as PyTorch's kernels cast them."""
+    """Every live value of the program computed with each row's PyTorch op (params by name, in any shape holding their
+    scalar or per-channel values), its parameters in x's dtype as PyTorch's kernels cast them."""
     values = _values(program, x, params or {})
     live = program.live()
     for i, n in enumerate(program.nodes):

@@ -189,6 +189,9 @@ class _Tracer(fx.Tracer):
     def __init__(self) -> None:
         super().__init__()
         self.record_stack_traces = True
+        # a buffer read in forward is a get_attr node, as a parameter is, so an op on it (self.b.view(1, -1, 1, 1))
+        # is an op of the graph rather than a tensor torch.fx computes while tracing and captures unnamed
+        self.proxy_buffer_attributes = True
 
     def trace(self, root: Any, concrete_args: dict[str, Any] | None = None) -> fx.Graph:
         added = [name for name in _AUGMENTED if name not in vars(fx.Proxy)]

@@ -294,6 +294,12 @@ _TABLE += [
     ("maxpool_dilated_ceil_amax_hw_relu", 1, (2, 3, 26, 25), conv(3, 8, 3),
      CONV_IN + ["x = nn.functional.max_pool2d(x, 3, stride=2, padding=1, dilation=2, ceil_mode=True)",
                 "return torch.relu(torch.amax(x, dim=(2, 3)))"], [], {}),
+    # per-channel parameters and a buffer registered as (C,) and viewed in forward, before and after a reduction
+    ("bias_view_sub_relu_scale_index_view", 4, (2, 3, 17, 15), conv(3, 12, 3, padding=1),
+     CONV_IN + ["x = x - self.bias.view(1, -1, 1, 1)", "x = torch.relu(x) * self.scale[None, :, None, None]",
+                "return x.amax(dim=(2, 3)) + self.shift.unsqueeze(0)"],
+     ["self.bias = nn.Parameter(torch.randn(out_channels))", 'self.register_buffer("scale", torch.rand(out_channels) + 0.5)',
+      "self.shift = nn.Parameter(torch.randn(out_channels, 1, 1).squeeze(-1).squeeze(-1))"], {}),
     ("mean_keepdim_flatten_bias_c", 1, (3, 3, 15, 16), conv(3, 7, 3, padding=1),
      CONV_IN + ["x = x.mean(dim=[2, 3], keepdim=True)", "x = torch.flatten(x, 1)", "return x + self.bias"],
      ["self.bias = nn.Parameter(torch.randn(out_channels) * 0.5)"], {}),
@@ -478,7 +484,10 @@ PARAM_FORMS = {
     "mul": ("scale", ("torch.rand({shape}) + 0.5", "torch.ones({shape})"), ("{v} * self.{p}", "self.{p} * {v}", "{v}.mul(self.{p})")),
     "div": ("divisor", ("torch.rand({shape}) + 1",), ("{v} / self.{p}", "torch.div({v}, self.{p})")),
 }
-PARAM_SHAPES = ("out_channels, 1, 1", "1, out_channels, 1, 1", "1", "()")
+PARAM_SHAPES = ("out_channels, 1, 1", "1, out_channels, 1, 1", "1", "()", "out_channels")
+# how forward reads a parameter registered as (out_channels,): through a view to (1, C, 1, 1)
+PARAM_VIEWS = ("{p}.view(1, -1, 1, 1)", "{p}[None, :, None, None]", "{p}.unsqueeze(-1).unsqueeze(-1)",
+               "{p}.reshape(1, -1, 1, 1)", "{p}.view(-1, 1, 1)")
 # Binary ops of two program values (a DAG edge to an earlier value {u}). No maximum/minimum here: two values equal on
 # a region (relu(y) and y) tie there, and ties decided by the last bit differ between any two implementations.
 VALUE_FORMS = {"add": ("{v} + {u}", "torch.add({u}, {v})"), "sub": ("{v} - {u}", "{u} - {v}"),
@@ -510,9 +519,11 @@ def _random_op(rng: random.Random, v: str, m: float, earlier: list[tuple[str, fl
     if kind == "param":
         op = rng.choice(tuple(PARAM_FORMS))
         base, inits, forms = PARAM_FORMS[op]
-        name, value = _fresh(base, init), rng.choice(inits).format(shape=rng.choice(PARAM_SHAPES))
+        name, shape = _fresh(base, init), rng.choice(PARAM_SHAPES)
+        value = rng.choice(inits).format(shape=shape)
         line = f"self.{name} = nn.Parameter({value})" if rng.random() < 0.7 else f'self.register_buffer("{name}", {value})'
-        return rng.choice(forms).format(v=v, p=name), line, {"add": m + 2, "sub": m + 2, "mul": 2 * m, "div": m}[op]
+        read = rng.choice(PARAM_VIEWS).format(p=name) if shape == "out_channels" else name
+        return rng.choice(forms).format(v=v, p=read), line, {"add": m + 2, "sub": m + 2, "mul": 2 * m, "div": m}[op]
     op, (u, mu) = rng.choice(tuple(VALUE_FORMS)), rng.choice(earlier)
     return rng.choice(VALUE_FORMS[op]).format(v=v, u=u), None, m * mu if op == "mul" else m + mu
 
@@ -1008,12 +1019,37 @@ RELU = ["x = torch.relu(self.conv(x))"]  # in scope; the refused op follows on i
     (conv_epilogue_problem(SHAPE, dict(CONV, dtype=torch.float64), CONV_IN + ["return torch.relu(x)"], dtype="float64"), "float64"),
     (conv_epilogue_problem(SHAPE, CONV, ["return F.conv2d(x, self.w * 2.0, self.b)"], form="functional"),
      "F.conv2d's weight is not one of the model's parameters or buffers"),
-    (conv_epilogue_problem(SHAPE, CONV, RELU + ["x = x.mean(dim=(2, 3))", "return x - self.bias.view(1, -1)"],
-                           ["self.bias = nn.Parameter(torch.randn(out_channels, 1, 1))"]), r"Tensor\.view of the model's tensor self\.bias"),
-], ids=["padding_mode", "batchnorm", "softmax", "second_conv", "float64", "computed_weight", "param_view"])
+    (conv_epilogue_problem(SHAPE, CONV, RELU + ["return x - self.bias.view(1, 1, 1, -1)"],
+                           ["self.bias = nn.Parameter(torch.randn(14))"]),
+     r"self\.bias \(through view\) of shape \(1, 1, 1, 14\) varies over dims other than the channel dim"),
+    (conv_epilogue_problem(SHAPE, CONV, RELU + ["return x - self.bias[None, :8, None, None]"],
+                           ["self.bias = nn.Parameter(torch.randn(16))"]),
+     r"reads getitem, computed in forward from the model's tensor\(s\) self\.bias by an op other than a view"),
+    (conv_epilogue_problem(SHAPE, CONV, RELU + ["return x * self.s.view(1, -1, 1, 1)"], ["self.s = torch.rand(out_channels)"]),
+     r"computed while tracing from a plain tensor attribute .*register it with self\.register_buffer"),
+    (conv_epilogue_problem(SHAPE, CONV, RELU + ["return x * (self.s * 2)"], ['self.register_buffer("s", torch.rand(out_channels, 1, 1))']),
+     r"computed in forward from the model's tensor\(s\) self\.s by an op other than a view"),
+], ids=["padding_mode", "batchnorm", "softmax", "second_conv", "float64", "computed_weight", "param_view_width",
+        "param_slice", "attribute_view", "buffer_times_2"])
 def test_out_of_scope_is_refused_naming_the_op(source, message):
     with pytest.raises(Unsupported, match=message):
         match(load_problem(write_problem(source)))
+
+
+@pytest.mark.parametrize("read", ["self.t.view(1, -1, 1, 1)", "self.t[None, :, None, None]", "self.t[:, None, None]",
+                                  "self.t.unsqueeze(-1).unsqueeze(-1)", "torch.reshape(self.t, (1, 8, 1, 1))",
+                                  "self.t.unsqueeze(1).unsqueeze(2).view(8, 1, 1)"])
+@pytest.mark.parametrize("register", ["self.t = nn.Parameter(torch.rand(out_channels) + 0.5)",
+                                      'self.register_buffer("t", torch.rand(out_channels) + 0.5)'])
+def test_a_model_tensor_read_through_views_is_the_registered_tensor(read, register):
+    """A (C,) parameter or buffer viewed to broadcast per channel is the registered tensor read by channel: the same
+    program as a tensor registered as (C, 1, 1), its own shape kept for the binding's check and its gradient."""
+    viewed = _spec(conv_epilogue_problem(SHAPE, CONV, RELU + [f"return x * {read} + 1.0"], [register]))
+    direct = _spec(conv_epilogue_problem(SHAPE, CONV, RELU + ["return x * self.t + 1.0"],
+                                         [register.replace("(out_channels)", "(out_channels, 1, 1)")]))
+    assert viewed.program == direct.program
+    kind = "parameter" if "Parameter" in register else "buffer"
+    assert [(p.name, p.broadcast, p.shape, p.kind) for p in viewed.params] == [("t", "channel", (8,), kind)]
 
 
 GPOOL = CONV_IN + ["x = F.adaptive_avg_pool2d(torch.tanh(x), 1)"]

@@ -5,8 +5,8 @@ Scope:
   'valid', 'same', also where 'same' pads one more on the bottom/right), groups (1, general, depthwise), bias on or
   off; padding_mode 'zeros' (others are refused);
 - then a pointwise program (kgen/pointwise.py's table): a DAG where each op may use any earlier value, with Python
-  numbers, 0-d tensor constants and float32 parameters / buffers that are scalars or per-channel ((C,1,1), (1,C,1,1))
-  as the other operands; nothing at all (a lone convolution) is in scope too.
+  numbers, 0-d tensor constants and float32 parameters / buffers that are scalars or per-channel ((C,1,1), (1,C,1,1),
+  or (C,) read through a view: self.b.view(1, -1, 1, 1)) as the other operands; nothing at all (a lone convolution) is in scope too.
 - then stages, each a shape-changing op and the pointwise program after it: 2-d pooling (avg / max with every
   argument, adaptive avg / max to any size), reductions (sum, mean, amax, amin, logsumexp, max/min over a dim
   (values), max/min of all) over any dims with or without keepdim, and views (squeeze, flatten, view, reshape) that
@@ -42,7 +42,7 @@ from kgen.errors import Unsupported
 from kgen.family import (REPLAY_LOCK, attr_expr, conv2d_default_init, holder_modules, registered_tensors,
                          template_context)
 from kgen.geometry import ceil_div, conv_out_size, pool_out_size, windows_disjoint
-from kgen.ops import CONV_FUNCS, Op, attribute, between, normalize, pointwise_program, where
+from kgen.ops import CONV_FUNCS, Op, attribute, between, normalize, pointwise_program, tensor_view_source, where
 from kgen.pointwise import Names, Program, derive_backward, emit_backward, emit_forward
 from kgen.problem import Problem
 
@@ -228,7 +228,8 @@ def _tail(gm: fx.GraphModule, conv: fx.Node, conv_shape: tuple[int, ...], out: f
     """The conv's own program and the stages after it: the graph from the convolution to the output must be
     pointwise programs separated by shape-changing ops (2-d pooling, reductions, views), each fed by the one before."""
     calls = [n for n in list(gm.graph.nodes)[list(gm.graph.nodes).index(conv) + 1:]
-             if n.op in ("call_module", "call_function", "call_method") and not _meta_read(n)]
+             if n.op in ("call_module", "call_function", "call_method") and not _meta_read(n)
+             and tensor_view_source(n) is None]  # a view of a model tensor is read as that tensor (ops._operand)
     ops = {n: normalize(n, gm) for n in calls}
     shape_nodes = [n for n in calls if ops[n].kind in SHAPE_KINDS]
     covered: set[fx.Node] = set(shape_nodes)
