@@ -526,6 +526,21 @@ def test_single_row_windows_that_do_not_overlap_take_the_simple_forward(kw, desi
     assert pool.plan(spec)["forward"] == design
 
 
+@pytest.mark.parametrize("nd,shape,kw,index,design", [
+    (2, (2, 3, 40, 40), dict(kernel_size=3, stride=2, padding=1, return_indices=True), None, "simple"),
+    (2, (2, 3, 40, 40), dict(kernel_size=2, return_indices=True), 1, "simple"),  # the indices alone
+    (3, (2, 3, 4, 40, 40), dict(kernel_size=(1, 3, 3), stride=2, return_indices=True), None, "simple"),  # one plane
+    (2, (2, 3, 40, 40), dict(kernel_size=3, stride=2, padding=1), None, "window"),  # values only
+    (2, (2, 3, 40, 40), dict(kernel_size=2, return_indices=True), 0, "window"),  # the values alone
+    (3, (2, 3, 8, 40, 40), dict(kernel_size=2, return_indices=True), None, "window"),  # windows over planes
+])
+def test_plane_windows_with_index_outputs_take_the_simple_forward(nd, shape, kw, index, design):
+    """The window design stores a thread's int64 indices at a stride across the warp: MaxPool2d(2, return_indices)
+    float16 ran 0.390 ms there on an H100 (eager 0.336) and 0.252 on the simple forward (pool.indexed_plane_windows)."""
+    spec, _ = _spec(pool_problem("max", nd, shape, kw, index=index))
+    assert pool.plan(spec)["forward"] == design
+
+
 def test_bundled_avg_pool2d_keeps_the_tuned_design():
     spec, _ = _spec(open("kgen/problems/avg_pool2d.py").read())
     t = pool.context(spec)

@@ -94,6 +94,10 @@ EXTRA = {
     "maxpool2d_k3s2p1_idx": ("nn.MaxPool2d(3, 2, 1, return_indices=True)", (32, 96, 192, 192), "float32"),
     "maxpool2d_k2_idx_fp16": ("nn.MaxPool2d(2, return_indices=True)", (32, 96, 192, 192), "float16"),
     "maxpool3d_k2_idx": ("nn.MaxPool3d(2, return_indices=True)", (8, 32, 32, 64, 64), "float32"),
+    "maxpool2d_k2_idx": ("nn.MaxPool2d(2, return_indices=True)", (32, 96, 192, 192), "float32"),
+    "maxpool2d_k3s1p1_idx_bf16": ("nn.MaxPool2d(3, 1, 1, return_indices=True)", (16, 64, 224, 224), "bfloat16"),
+    "maxpool2d_k5s3d2_idx": ("nn.MaxPool2d(5, 3, 2, dilation=2, return_indices=True)", (16, 64, 225, 227), "float32"),
+    "maxpool3d_k133_idx": ("nn.MaxPool3d((1, 3, 3), 2, (0, 1, 1), return_indices=True)", (8, 32, 16, 96, 96), "float32"),
     "maxpool1d_k2s3p1_idx_fp16": ("nn.MaxPool1d(2, 3, 1, return_indices=True)", (121, 256, 4096), "float16"),
     "maxpool1d_k2s3p1": ("nn.MaxPool1d(2, 3, 1)", (32, 256, 100000), "float32"),
     "maxpool1d_k2s3p1_bf16": ("nn.MaxPool1d(2, 3, 1)", (32, 256, 100000), "bfloat16"),
@@ -113,6 +117,7 @@ VARIANTS = {
     # every window with int64 index outputs on the simple forward (2-d / 3-d too)
     "simple_indices": {"disjoint_row_windows": lambda g, lanes, indices, rule=pool.disjoint_row_windows:
                        indices or rule(g, lanes, indices)},
+    "window_indices_2d": {"indexed_plane_windows": lambda *a: False},  # before that rule: the window design
     "col_batch4": {"COL_BATCH": 4},  # the simple forward keeps 4 column loads of a row in flight a lane
     "row_split_fill2": {"ROW_SPLIT_FILL": 2},  # rows split where outputs fill under half the GPU (default: a quarter)
     "gather": {"tile_tiling": lambda g, isz, osz: None, "scatter_tiling": lambda g, isz, osz: None},
