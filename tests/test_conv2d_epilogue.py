@@ -300,6 +300,9 @@ _TABLE += [
                 "return x.amax(dim=(2, 3)) + self.shift.unsqueeze(0)"],
      ["self.bias = nn.Parameter(torch.randn(out_channels))", 'self.register_buffer("scale", torch.rand(out_channels) + 0.5)',
       "self.shift = nn.Parameter(torch.randn(out_channels, 1, 1).squeeze(-1).squeeze(-1))"], {}),
+    # the conv's own bias read again by the program (its gradient sums both uses)
+    ("conv_bias_again_view_tanh", 3, (2, 4, 13, 18), conv(4, 10, 3, stride=(1, 2)),
+     CONV_IN + ["return torch.tanh(x) * self.conv.bias.view(1, -1, 1, 1) - 0.5"], [], {}),
     ("mean_keepdim_flatten_bias_c", 1, (3, 3, 15, 16), conv(3, 7, 3, padding=1),
      CONV_IN + ["x = x.mean(dim=[2, 3], keepdim=True)", "x = torch.flatten(x, 1)", "return x + self.bias"],
      ["self.bias = nn.Parameter(torch.randn(out_channels) * 0.5)"], {}),
