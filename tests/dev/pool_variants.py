@@ -4,7 +4,7 @@ code): each variant overrides planning constants or functions of kgen.families.p
 PyTorch (values and grad_x), then timed with every other variant and eager in turns, in the same run.
 
 Usage: python tests/dev/pool_variants.py [--only NAME ...] [--variants LABEL ...] [--reps N] [--compile]
-[--random N --seed S]
+[--random N --seed S] [--extra] [--per-call]
 (--compile adds a torch.compile row of the reference model, timed in the same turns)
 Names are tests/bench/bench_pool.py's PROBLEMS, or with --random its random draws' names (p2_17: bench_pool.py --random
 N --seed 2's draw 17); variants are VARIANTS' labels below. Problems that return int64 indices compare them exactly;
@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import torch  # noqa: E402
 
 from kgen import emit  # noqa: E402
-from kgen.bench import TOLERANCE, copy_bandwidth_gbs, cuda_time_ms  # noqa: E402
+from kgen.bench import TOLERANCE, copy_bandwidth_gbs, cuda_time_ms, per_call_ms  # noqa: E402
 from kgen.families import pool  # noqa: E402
 from kgen.problem import load_problem  # noqa: E402
 from kgen.spec import match  # noqa: E402
@@ -197,6 +197,8 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=16)
     ap.add_argument("--compile", action="store_true", help="time torch.compile of Model in the same turns")
     ap.add_argument("--extra", action="store_true", help="EXTRA's problems (windows that do not overlap, index outputs)")
+    ap.add_argument("--per-call", action="store_true", help="also time the forward one call per sample, autograd on "
+                    "(as KernelBench's harness times it)")
     a = ap.parse_args()
     bw = copy_bandwidth_gbs()
     print(f"{torch.cuda.get_device_name()} torch {torch.__version__} copy {bw:.0f} GB/s", flush=True)
@@ -256,7 +258,7 @@ def main() -> int:
                 next(t for t in got if t.is_floating_point()).backward(gy)
                 torch.testing.assert_close(xg.grad, want_gx, atol=tol, rtol=tol)
         others = {"eager": ref, **({"compile": torch.compile(ref)} if a.compile else {})}
-        rows = {label: [[], []] for label in list(mods) + list(others)}
+        rows = {label: [[], [], []] for label in list(mods) + list(others)}
         for _ in range(2):  # two rounds, variants in turn
             for label in rows:
                 m = others[label] if label in others else mods[label][0]
@@ -271,12 +273,14 @@ def main() -> int:
                     (out[0] if isinstance(out, (tuple, list)) else out).backward(gy)
                 rows[label][0].append(cuda_time_ms(fwd, 2, a.reps))
                 rows[label][1].append(cuda_time_ms(step, 2, a.reps) if y is not None else float("nan"))
+                rows[label][2].append(per_call_ms(lambda: m(xg), 2, a.reps) if a.per_call else float("nan"))
         print(f"\n{name} {tuple(x.shape)} {x.dtype}: floor fwd {fwd_bytes / bw / 1e6:.3f} ms, step {step_bytes / bw / 1e6:.3f} ms")
-        for label, (f, s) in rows.items():
+        for label, (f, s, c) in rows.items():
             f_ms, s_ms = min(f), min(s)
             design = mods[label][1] if label in mods else ""
+            call = f"  fwd one call a sample {min(c):8.3f} ms" if a.per_call else ""
             print(f"  {label:<14} fwd {f_ms:8.3f} ms ({fwd_bytes / bw / 1e6 / f_ms:5.1%} of floor)  step {s_ms:8.3f} ms "
-                  f"({step_bytes / bw / 1e6 / s_ms:5.1%})  {design}", flush=True)
+                  f"({step_bytes / bw / 1e6 / s_ms:5.1%}){call}  {design}", flush=True)
         del mods, rows, x, xg, y, y_all, want
         torch.cuda.empty_cache()
     return 0

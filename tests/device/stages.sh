@@ -14,7 +14,7 @@
 #     stages build their problems first, BENCH_JOBS (8) at a time
 #   profile: tests/dev/profile_conv.py per kernel, TF32 off and allowed (PROFILE_ONLY: names, default two; PROFILE_ARGS: e.g. --blocks)
 #   f64: tests/dev/f64_check.py (F64_ONLY: problem files; default tests/dev/cases/*.py)
-#   variants: tests/dev/pool_variants.py (VARIANT_ONLY: problem names, VARIANTS: variant labels, VARIANT_ARGS: e.g. --compile)
+#   variants: tests/dev/pool_variants.py (VARIANT_ONLY: problem names, VARIANTS: variant labels, VARIANT_ARGS: e.g. "--compile --per-call")
 #   profilepool: tests/dev/profile_pool.py per kernel (PROFILE_ONLY: bench_pool names, default three max pools)
 #   staged: tests/dev/pool3d_staged.py, the staged separable 3-d max-pool forward against kgen's (docs/notes/pool_plan.md)
 #   ab: tests/dev/time_generated.py on AB_PROBLEM with AB_MODULES ("LABEL=path/model_new.py ..."), in AB_MODES (default
