@@ -225,7 +225,7 @@ _TRACE_LOCK = threading.Lock()
 # Ops that return their input's values, dropped from the traced graph so that no family has to know them: nn.Identity,
 # dropout of any kind with p = 0 (with p > 0 it draws random masks in training mode and stays, to be refused by name),
 # .contiguous() (it returns its input when that is contiguous, and the same values otherwise), and a cast to the dtype
-# a value already has
+# a value already has or a move to the device a tensor of the problem is on
 _DROPOUT_MODULES = (torch.nn.Dropout, torch.nn.Dropout1d, torch.nn.Dropout2d, torch.nn.Dropout3d, torch.nn.AlphaDropout,
                     torch.nn.FeatureAlphaDropout)
 _DROPOUT_FUNCS = {torch.nn.functional.dropout, torch.nn.functional.dropout1d, torch.nn.functional.dropout2d,
@@ -240,21 +240,23 @@ def _is_identity(node: fx.Node, gm: fx.GraphModule) -> bool:
     if node.op == "call_function" and node.target in _DROPOUT_FUNCS:
         p = node.kwargs.get("p", node.args[1] if len(node.args) > 1 else 0.5)
         return type(p) in (int, float) and p == 0
-    if node.op == "call_method" and node.target in _CASTS and not set(node.kwargs) - {"dtype", "non_blocking"}:
-        # a cast to the dtype it already has (x.float() on float32, x.to(x.dtype)): the same values
+    if node.op == "call_method" and node.target in _CASTS and not set(node.kwargs) - {"dtype", "device", "non_blocking"}:
+        # a cast to the dtype it already has (x.float() on float32, x.to(x.dtype)), or a move to the device of a
+        # tensor of the problem (self.b.to(x.device): ModelNew's tensors and input share one device, which its
+        # binding checks): the same values
         got, src = node.meta.get("tensor_meta"), node.args[0].meta.get("tensor_meta")
         return got is not None and src is not None and got.dtype == src.dtype and \
-            all(isinstance(a, torch.dtype) or _reads_dtype(a) for a in [*node.args[1:], *node.kwargs.values()]
-                if not isinstance(a, bool))
+            all(isinstance(a, torch.dtype) or _reads_attr(a, "dtype") or _reads_attr(a, "device")
+                for a in [*node.args[1:], *node.kwargs.values()] if not isinstance(a, bool))
     return node.op == "call_method" and node.target == "contiguous" and len(node.args) == 1 and not node.kwargs
 
 
 _CASTS = {"float", "half", "bfloat16", "double", "to", "type"}
 
 
-def _reads_dtype(a: Any) -> bool:
-    """Whether a is a traced `t.dtype`."""
-    return isinstance(a, fx.Node) and a.op == "call_function" and a.target is getattr and a.args[1:] == ("dtype",)
+def _reads_attr(a: Any, name: str) -> bool:
+    """Whether a is a traced `t.<name>` (t.dtype, t.device)."""
+    return isinstance(a, fx.Node) and a.op == "call_function" and a.target is getattr and a.args[1:] == (name,)
 
 
 def _drop_identities(gm: fx.GraphModule) -> None:

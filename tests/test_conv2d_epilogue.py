@@ -1041,7 +1041,8 @@ def test_out_of_scope_is_refused_naming_the_op(source, message):
 
 @pytest.mark.parametrize("read", ["self.t.view(1, -1, 1, 1)", "self.t[None, :, None, None]", "self.t[:, None, None]",
                                   "self.t.unsqueeze(-1).unsqueeze(-1)", "torch.reshape(self.t, (1, 8, 1, 1))",
-                                  "self.t.unsqueeze(1).unsqueeze(2).view(8, 1, 1)"])
+                                  "self.t.unsqueeze(1).unsqueeze(2).view(8, 1, 1)", "self.t.view(1, x.size(1), 1, 1)",
+                                  "self.t.to(x.device).view(-1, 1, 1).contiguous()"])
 @pytest.mark.parametrize("register", ["self.t = nn.Parameter(torch.rand(out_channels) + 0.5)",
                                       'self.register_buffer("t", torch.rand(out_channels) + 0.5)'])
 def test_a_model_tensor_read_through_views_is_the_registered_tensor(read, register):
@@ -2520,9 +2521,12 @@ def test_unused_tensors_are_held_and_drawn_as_model_draws_them(before, after):
     ("x = x.float()", [], None),
     ("x = x.to(torch.float32)", [], None),
     ("x = x.to(dtype=x.dtype)", [], None),
+    ("x = x.to(x.device)", [], None),
+    ("x = x.to(device=x.device, dtype=torch.float32, non_blocking=True)", [], None),
 ])
 def test_ops_that_return_their_input_are_dropped(line, init, random_form):
-    """nn.Identity, dropout with p = 0, .contiguous() and casts to the value's own dtype between the program's ops
+    """nn.Identity, dropout with p = 0, .contiguous(), casts to the value's own dtype and moves to a tensor's device
+    between the program's ops
     render the same kernels as the problem without them (the binding differs only in the problem's id); dropout with
     p > 0 (random masks in training mode) is refused by name."""
     forward = CONV_IN + ["x = torch.relu(x)", line, "return x * 2.0"]
