@@ -1032,8 +1032,10 @@ RELU = ["x = torch.relu(self.conv(x))"]  # in scope; the refused op follows on i
      r"computed while tracing from a plain tensor attribute .*register it with self\.register_buffer"),
     (conv_epilogue_problem(SHAPE, CONV, RELU + ["return x * (self.s * 2)"], ['self.register_buffer("s", torch.rand(out_channels, 1, 1))']),
      r"computed in forward from the model's tensor\(s\) self\.s by an op other than a view"),
+    (conv_epilogue_problem(SHAPE, CONV, RELU + ["return x + torch.ones(1, 8, 1, 1, device=x.device)"]),
+     r"reads a value's \.device to make a tensor in forward.*register it as a buffer"),
 ], ids=["padding_mode", "batchnorm", "softmax", "second_conv", "float64", "computed_weight", "param_view_width",
-        "param_slice", "attribute_view", "buffer_times_2"])
+        "param_slice", "attribute_view", "buffer_times_2", "tensor_made_in_forward"])
 def test_out_of_scope_is_refused_naming_the_op(source, message):
     with pytest.raises(Unsupported, match=message):
         match(load_problem(write_problem(source)))
