@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from kgen.errors import Unsupported
 from kgen.geometry import conv_same_padding
 from kgen.pointwise import ROWS, Node, Program, Ref, node as pw_node
-from kgen.problem import Problem, is_tensor, where
+from kgen.problem import Problem, is_tensor, reads_attr, where
 
 
 @dataclass(frozen=True)
@@ -709,11 +709,12 @@ def pointwise_program(gm: fx.GraphModule, start: fx.Node, end: fx.Node) -> Progr
     path = between(gm, start, end)
     inside = set(path)
     for n in path:
-        if not is_tensor(n) and n.op == "call_function" and n.target is getattr and n.args[1:] in (("device",), ("dtype",)):
-            raise Unsupported(f"{where(n)}: reads a value's .{n.args[1]} to make a tensor in forward; kgen's programs take "
-                              "numbers, 0-d constants and the model's tensors: create the tensor in __init__ and "
-                              "register it as a buffer")
-        if not is_tensor(n):  # a number kgen.problem did not fold: it follows the batch
+        if not is_tensor(n):
+            if reads_attr(n, "device") or reads_attr(n, "dtype"):
+                raise Unsupported(f"{where(n)}: reads a value's .{n.args[1]} to make a tensor in forward; kgen's programs "
+                                  "take numbers, 0-d constants and the model's tensors: create the tensor in __init__ "
+                                  "and register it as a buffer")
+            # a number kgen.problem did not fold: it follows the batch
             raise Unsupported(f"{where(n)}: a number computed from the batch size (dim 0 of a tensor's shape); kgen "
                               "keeps the batch a run-time value, so only numbers from the other dims can be constants")
         op = normalize(n, gm)

@@ -246,7 +246,7 @@ def _is_identity(node: fx.Node, gm: fx.GraphModule) -> bool:
         # binding checks): the same values
         got, src = node.meta.get("tensor_meta"), node.args[0].meta.get("tensor_meta")
         return got is not None and src is not None and got.dtype == src.dtype and \
-            all(isinstance(a, torch.dtype) or _reads_attr(a, "dtype") or _reads_attr(a, "device")
+            all(isinstance(a, torch.dtype) or reads_attr(a, "dtype") or reads_attr(a, "device")
                 for a in [*node.args[1:], *node.kwargs.values()] if not isinstance(a, bool))
     return node.op == "call_method" and node.target == "contiguous" and len(node.args) == 1 and not node.kwargs
 
@@ -254,7 +254,7 @@ def _is_identity(node: fx.Node, gm: fx.GraphModule) -> bool:
 _CASTS = {"float", "half", "bfloat16", "double", "to", "type"}
 
 
-def _reads_attr(a: Any, name: str) -> bool:
+def reads_attr(a: Any, name: str) -> bool:
     """Whether a is a traced `t.<name>` (t.dtype, t.device)."""
     return isinstance(a, fx.Node) and a.op == "call_function" and a.target is getattr and a.args[1:] == (name,)
 

@@ -674,9 +674,10 @@ def plan(spec: Spec) -> dict:
     out: dict = {"geometry": g}
     window = None if g.adaptive else window_tiling(g, isz, spec.C)
     lanes = None if g.adaptive else lanes_tiling(g, isz)
+    indices = spec.outputs != "values"  # int64 index outputs
     if spec.nd == 2 and g.reduce == "avg" and not g.adaptive and KH * KW >= COLSUM_MIN_WINDOW:
         out["forward"], out["tiling"] = "colsum", colsum_tiling(g, isz)
-    elif disjoint_row_windows(g, lanes, spec.outputs != "values") or indexed_plane_windows(g, spec.outputs != "values"):
+    elif disjoint_row_windows(g, lanes, indices) or indexed_plane_windows(g, indices):
         out["forward"], out["tiling"] = "simple", simple_tiling(g)
     elif lanes is not None and KD == 1 and KH == 1 and not (
             window is not None and window["seg"] == window["vo"] * g.stride[2] and g.out[2] % window["vo"] == 0):
