@@ -963,7 +963,7 @@ def _split_max1d() -> str:
     src = pool_problem("adaptive_max", 1, (2, 3, 1500), dict(output_size=11, return_indices=True))
     spec, _ = _spec(src)
     assert pool.plan(spec)["tiling"] == {"split": 16, "row_split": 1, "col_batch": pool.COL_BATCH,
-                                         "row_split_fill": pool.ROW_SPLIT_FILL}
+                                         "row_split_fill": pool.ROW_SPLIT_FILL, "unroll": False}
     return src
 
 
@@ -994,7 +994,7 @@ def _row_split_max2d() -> str:
     src = pool_problem("adaptive_max", 2, (2, 3, 41, 10), dict(output_size=(4, 3), return_indices=True))
     spec, _ = _spec(src)
     assert pool.plan(spec)["tiling"] == {"split": 1, "row_split": 4, "col_batch": pool.COL_BATCH,
-                                         "row_split_fill": pool.ROW_SPLIT_FILL}
+                                         "row_split_fill": pool.ROW_SPLIT_FILL, "unroll": False}
     return src
 
 
@@ -1076,6 +1076,60 @@ def test_simple_forward_on_the_host_matches_pytorch_in_both_launches(tmp_path, c
         torch.testing.assert_close(y, ref_y, atol=1e-6, rtol=1e-5, equal_nan=True, msg=lambda m: f"RS={rs}: {m}")
         if ref_i is not None:
             assert torch.equal(idx, ref_i), f"RS={rs}: indices differ at {(idx != ref_i).nonzero()[:5].tolist()}"
+
+
+# Small windows the simple forward scans unrolled (pool.UNROLL_WINDOW_MAX): padding, dilation and ceil_mode clipping,
+# disjoint 1-d windows, adaptive bins narrower than the widest one, and average pooling's divisors
+HOST_UNROLL = [
+    ("max2d_k3s2p1_d12_ceil_idx", pool_problem("max", 2, (2, 3, 13, 17), dict(kernel_size=3, stride=2, padding=1,
+                                               dilation=(1, 2), ceil_mode=True, return_indices=True))),
+    ("max1d_k2s3p1_idx", pool_problem("max", 1, (2, 3, 50), dict(kernel_size=2, stride=3, padding=1, return_indices=True))),
+    ("adaptive_max2d_4x5_idx", pool_problem("adaptive_max", 2, (2, 3, 9, 11), dict(output_size=(4, 5), return_indices=True))),
+    ("avg1d_k3s5p1_exclude_pad", pool_problem("avg", 1, (2, 3, 61), dict(kernel_size=3, stride=5, padding=1,
+                                                                            count_include_pad=False))),
+    ("adaptive_avg2d_4x6", pool_problem("adaptive_avg", 2, (2, 3, 10, 13), dict(output_size=(4, 6)))),
+]
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not on PATH")
+@pytest.mark.parametrize("cid,source", HOST_UNROLL, ids=[c for c, _ in HOST_UNROLL])
+def test_unrolled_window_scan_on_the_host_matches_pytorch(tmp_path, cid, source):
+    """GPU-free: the simple forward's unrolled window (every load first, then the scan) run under the host shim
+    against PyTorch, values and int64 indices exactly (average: within float32 rounding), on random inputs and, for
+    max pooling, on ties inside a window, NaN and all -inf planes; the rolled scan (UNROLL_WINDOW_MAX = 0) gives the
+    same bits."""
+    from kgen import emit
+    from tests.host_pool import run_simple_forward
+
+    spec, problem = _spec(source)
+    pl = pool.plan(spec)
+    assert pl["forward"] == "simple" and pl["tiling"]["unroll"], pl["tiling"]
+    gen = emit.generate(write_problem(source))
+    assert "the whole window unrolled" in gen.files["kernel.cu"]
+    model = problem.namespace["Model"](*problem.namespace["get_init_inputs"]())
+    torch.manual_seed(0)
+    shape = problem.namespace["get_inputs"]()[0].shape
+    inputs = [torch.randn(shape)]
+    if "max" in cid:
+        x = torch.randint(0, 3, shape).float()  # ties in most windows
+        x.view(-1)[7] = float("nan")
+        x[-1, -1] = float("-inf")
+        inputs.append(x)
+    for i, x in enumerate(inputs):
+        ref = model(x)
+        ref_y, ref_i = ref if isinstance(ref, tuple) else (ref, None)
+        y, idx = run_simple_forward(gen.files["kernel.cu"], gen.name, 1, ref_i is not None, x, tuple(ref_y.shape),
+                                    tmp_path / f"in{i}")
+        torch.testing.assert_close(y, ref_y, atol=1e-6, rtol=1e-5, equal_nan=True)
+        if ref_i is not None:
+            assert torch.equal(idx, ref_i), f"indices differ at {(idx != ref_i).nonzero()[:5].tolist()}"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(pool, "UNROLL_WINDOW_MAX", 0)
+        rolled = emit.generate(write_problem(source))
+    assert "the whole window unrolled" not in rolled.files["kernel.cu"]
+    y2, idx2 = run_simple_forward(rolled.files["kernel.cu"], rolled.name, 1, ref_i is not None, inputs[-1],
+                                  tuple(ref_y.shape), tmp_path / "rolled")
+    assert torch.equal(y2.view(-1).nan_to_num(), y.view(-1).nan_to_num()) and torch.equal(idx2, idx)
 
 
 @pytest.mark.gpu

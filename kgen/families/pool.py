@@ -205,6 +205,11 @@ SPLIT_MIN_LOADS = 8
 ROW_SPLIT_MIN_ROWS = 2
 ROW_SPLIT_FILL = 4  # ... under 1 / ROW_SPLIT_FILL of the resident threads
 COL_BATCH = 1
+# A one-lane output whose window (adaptive: widest bin) holds at most UNROLL_WINDOW_MAX elements scans it unrolled:
+# every load issued first (predicated by the bounds and, adaptive, the bin's own extent), then the scan in PyTorch's
+# order. The rolled scan keeps one 2- or 4-byte load in flight a thread, too few bytes to reach the copy rate
+# (MaxPool2d(2, return_indices) float16 at 67% of the floor, float32 at 81%; H100, fifty-sixth session).
+UNROLL_WINDOW_MAX = 16
 # Blocks per SM each kernel is compiled for (caps registers: 2 -> 128, 4 -> 64 per thread): the window forward keeps
 # many loads in flight per thread; the others are light and want occupancy.
 MIN_BLOCKS = {"window": 2, "lanes": 2, "simple": 4, "colsum": 1, "gather": 4, "scatter": 4, "tile": 4}
@@ -633,7 +638,7 @@ def simple_tiling(g: Geometry) -> dict:
     split = split if split >= 4 else 1
     row_split = min(32 // split, pow2_floor(KD * KH // ROW_SPLIT_MIN_ROWS))
     return {"split": split, "row_split": row_split if row_split >= 2 else 1, "col_batch": COL_BATCH,
-            "row_split_fill": ROW_SPLIT_FILL}
+            "row_split_fill": ROW_SPLIT_FILL, "unroll": split == 1 and KD * KH * KW <= UNROLL_WINDOW_MAX}
 
 
 def offset_type(g: Geometry) -> OffsetType:
@@ -773,6 +778,9 @@ def describe(spec: Spec) -> list[str]:
         lines.append(f"forward: one block per tile of {t['f_rows']} output row(s) x {t['f_cols']} output columns; each "
                      "thread sums adjacent input columns down the window rows, then each output adds its column sums "
                      "from shared memory and divides by PyTorch's divisor.")
+    elif t["split"] == 1 and t["unroll"]:
+        lines.append("forward: one thread per output, its whole window unrolled: every load issued first (predicated by "
+                     "the bounds), then the scan in PyTorch's order.")
     elif t["split"] == 1:
         lines.append("forward: one thread per output, looping over its window (run-time bounds).")
     else:

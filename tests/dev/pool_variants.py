@@ -118,6 +118,7 @@ VARIANTS = {
     "simple_indices": {"disjoint_row_windows": lambda g, lanes, indices, rule=pool.disjoint_row_windows:
                        indices or rule(g, lanes, indices)},
     "window_indices_2d": {"indexed_plane_windows": lambda *a: False},  # before that rule: the window design
+    "no_unroll": {"UNROLL_WINDOW_MAX": 0},  # the rolled one-lane scan (before the unrolled window)
     "col_batch4": {"COL_BATCH": 4},  # the simple forward keeps 4 column loads of a row in flight a lane
     "row_split_fill2": {"ROW_SPLIT_FILL": 2},  # rows split where outputs fill under half the GPU (default: a quarter)
     "gather": {"tile_tiling": lambda g, isz, osz: None, "scatter_tiling": lambda g, isz, osz: None},
