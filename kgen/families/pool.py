@@ -207,8 +207,10 @@ ROW_SPLIT_FILL = 4  # ... under 1 / ROW_SPLIT_FILL of the resident threads
 COL_BATCH = 1
 # A one-lane output whose window (adaptive: widest bin) holds at most UNROLL_WINDOW_MAX elements scans it unrolled:
 # every load issued first (predicated by the bounds and, adaptive, the bin's own extent), then the scan in PyTorch's
-# order. The rolled scan keeps one 2- or 4-byte load in flight a thread, too few bytes to reach the copy rate
-# (MaxPool2d(2, return_indices) float16 at 67% of the floor, float32 at 81%; H100, fifty-sixth session).
+# order. The rolled scan kept one 2- or 4-byte load in flight a thread, too few bytes to reach the copy rate. H100,
+# rolled -> unrolled forward: MaxPool2d(2, return_indices) float16 on 32 x 96 x 192 x 192 0.254 -> 0.187 ms (66% ->
+# 90% of the floor), MaxPool2d(3, 2, 1, return_indices) float32 0.325 -> 0.269 (97%), MaxPool2d(3, 1, 1,
+# return_indices) bfloat16 0.526 -> 0.369; adaptive bins level (docs/notes/pool_plan.md, fifty-seventh session).
 UNROLL_WINDOW_MAX = 16
 # Blocks per SM each kernel is compiled for (caps registers: 2 -> 128, 4 -> 64 per thread): the window forward keeps
 # many loads in flight per thread; the others are light and want occupancy.
