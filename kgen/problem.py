@@ -264,8 +264,10 @@ def _drop_identities(gm: fx.GraphModule) -> None:
         if node.args and isinstance(node.args[0], fx.Node) and _is_identity(node, gm):
             node.replace_all_uses_with(node.args[0])
             gm.graph.erase_node(node)
-    for node in list(gm.graph.nodes):  # attribute reads left without a user (the x.dtype of a dropped cast)
-        if node.op == "call_function" and node.target is getattr and not node.users:
+    # attribute reads left without a user (the x.dtype of a dropped cast), and items nothing reads: the indices of
+    # `v, _ = torch.max(x, dim=1)` or of a max pool with return_indices=True unpacked into a name never used
+    for node in reversed(list(gm.graph.nodes)):
+        if node.op == "call_function" and node.target in (getattr, operator.getitem) and not node.users:
             gm.graph.erase_node(node)
     gm.recompile()
 

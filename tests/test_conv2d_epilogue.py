@@ -2542,6 +2542,26 @@ def test_ops_that_return_their_input_are_dropped(line, init, random_form):
             match(load_problem(write_problem(src.replace(*random_form))))
 
 
+@pytest.mark.parametrize("unpacked,indexed", [
+    (["v, i = torch.max(x, dim=1)", "return torch.tanh(v)"], ["return torch.tanh(torch.max(x, dim=1)[0])"]),
+    (["x, _ = torch.min(x, dim=1, keepdim=True)", "return x * 2.0"], ["return torch.min(x, dim=1, keepdim=True)[0] * 2.0"]),
+    (["v, idx = F.max_pool2d(x, 2, return_indices=True)", "return torch.relu(v)"], ["return torch.relu(F.max_pool2d(x, 2))"]),
+])
+def test_a_values_indices_pair_unpacked_with_unused_indices_is_its_values(unpacked, indexed):
+    """`v, i = torch.max(x, dim=1)` (or a max pool's return_indices) with i never read renders the same kernels and
+    binding as reading [0] (the problem's id aside); reading the indices stays refused."""
+    src, plain = (conv_epilogue_problem((2, 8, 12, 13), conv(8, 8, 3), CONV_IN + lines) for lines in (unpacked, indexed))
+    got, want = (emit.generate(write_problem(t)) for t in (src, plain))
+    for f in ("kernel.cu", "binding.cpp"):
+        norm = [g.files[f].replace(g.name, "NAME").replace(write_problem(t).stem, "PROBLEM")
+                for g, t in ((got, src), (want, plain))]
+        assert norm[0] == norm[1], f
+    name = unpacked[0].split(", ")[1].split(" =")[0]
+    reads = src.replace(unpacked[1], unpacked[1] + f" + {name}.float()")  # the indices read after all
+    with pytest.raises(Unsupported, match="through its values"):
+        match(load_problem(write_problem(reads)))
+
+
 def test_forward_arguments_with_defaults_are_the_constants_every_call_passes():
     """forward(self, x, alpha=0.5, clamp=True) called with get_inputs()'s one tensor: alpha and clamp are the
     constants they default to (the tracer's guards on them dropped), so the kernel is the literal program's."""

@@ -468,6 +468,19 @@ def test_module_and_functional_forms_give_one_spec():
     assert a == b
 
 
+@pytest.mark.parametrize("op,nd,kw", [("max", 2, dict(kernel_size=3, stride=2, padding=1, return_indices=True)),
+                                      ("adaptive_max", 3, dict(output_size=(2, 3, 4), return_indices=True))])
+@pytest.mark.parametrize("unpack,index", [("v, _ = {call}\n        return v", 0), ("_, i = {call}\n        return i", 1)])
+def test_a_values_indices_pair_unpacked_is_the_item_read(op, nd, kw, unpack, index):
+    """`v, _ = self.pool(x); return v` (the other item never read) is the same spec as `self.pool(x)[0]`, and
+    returning the indices so is `[1]`."""
+    shape = (2, 3, 9, 10, 11)[:2 + nd]
+    indexed = pool_problem(op, nd, shape, kw, "module", index)
+    src = indexed.replace(f"return self.pool(x)[{index}]", unpack.format(call="self.pool(x)"))
+    assert src != indexed
+    assert _spec(src)[0] == _spec(indexed)[0]
+
+
 @pytest.mark.parametrize("call", ["F.avg_pool2d(x, x.size()[2:])", "F.max_pool3d(x, kernel_size=x.shape[-3:], stride=1)",
                                   "F.avg_pool1d(x, x.shape[2] // 3, ceil_mode=True)"])
 def test_window_arguments_read_from_the_input_shape_are_constants(call):
