@@ -284,7 +284,8 @@ def _program(gm: fx.GraphModule, start: fx.Node, end: fx.Node) -> Program:
         return pointwise_program(gm, start, end)
     except Unsupported as exc:
         raise Unsupported(f"{exc} (the {NAME} family takes nn.Conv2d followed by pointwise ops, 2-d pooling, "
-                          "reductions and views)") from None
+                          "reductions and views: README's Families table lists each op it takes; write the block with "
+                          "those, or keep this model in PyTorch)") from None
 
 
 def match(ops: list[Op] | None, problem: Problem) -> Spec | None:
