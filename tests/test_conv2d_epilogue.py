@@ -21,6 +21,7 @@ import random
 import re
 import shutil
 import subprocess
+import zlib
 from types import SimpleNamespace
 
 import pytest
@@ -601,12 +602,20 @@ def _random_conv(rng: random.Random, halo: bool = False, few: bool = False) -> t
     return (rng.randint(1, 3), ci, rng.randint(lo[0], 40), rng.randint(lo[1], 40)), kw
 
 
+def _side_draw(text: str, one_in: int) -> bool:
+    """A choice made from a hash of the text drawn so far, not from rng: forms added to the generator later (the
+    (values, indices) pair unpacked or read with return_indices) leave every seed's other draws as they were."""
+    return zlib.crc32(text.encode()) % one_in == 0
+
+
 # Stages after the convolution's program: a shape-changing op on the value v of rank r, then 0..2 pointwise ops.
 def _random_pool(rng: random.Random, v: str) -> str:
     kind = rng.choice(("avg", "max", "max", "adaptive_avg", "adaptive_max"))
     if kind.startswith("adaptive"):
         size = rng.choice((1, 1, 2, 3, (2, 3), (None, 2), (3, None)))
         fn = f"F.{kind}_pool2d"
+        if kind == "adaptive_max" and _side_draw(f"{v}{size}", 10):  # the (values, indices) pair, values read
+            return f"{fn}({v}, {size!r}, return_indices=True)[0]"
         return rng.choice((f"{fn}({v}, {size!r})", f"{fn}({v}, output_size={size!r})"))
     k = rng.randint(1, 3) if rng.random() < 0.7 else (rng.randint(1, 3), rng.randint(1, 3))
     kk = _pair(k)
@@ -626,6 +635,8 @@ def _random_pool(rng: random.Random, v: str) -> str:
             args.append(f"divisor_override={rng.randint(1, 5)}")
     elif rng.random() < 0.3:
         args.append(f"dilation={rng.choice((2, (1, 2), (2, 1)))!r}")
+    if kind == "max" and _side_draw(f"{v}{args}", 10):  # the (values, indices) pair, values read
+        return f"F.max_pool2d({v}, {', '.join(args + ['return_indices=True'])})[0]"
     return f"F.{kind}_pool2d({v}, {', '.join(args)})"
 
 
@@ -700,7 +711,10 @@ def _random_tail(rng: random.Random, forward: list[str], init: list[str], fold: 
         else:
             expr, rank = _random_reduction(rng, value, rank)
             channels = False
-        forward.append(f"s{i} = {expr}")
+        if expr.endswith(")[0]") and _side_draw(expr, 2):  # a (values, indices) pair unpacked, the indices unread
+            forward.append(f"s{i}, _ = {expr[:-3]}")
+        else:
+            forward.append(f"s{i} = {expr}")
         value = f"s{i}"
         for j in range(rng.randint(0, 2)):
             if rng.random() < 0.25:
