@@ -6,6 +6,7 @@ import contextlib
 import hashlib
 import os
 import tempfile
+import zlib
 from pathlib import Path
 
 import torch
@@ -55,6 +56,13 @@ import torch.nn.functional as F
 def get_inputs():
     return [torch.rand{tuple(shape)!r}]
 '''
+
+
+def side_draw(text: str, one_in: int) -> bool:
+    """A random generator's choice made from a hash of the text drawn so far, not from its rng: forms added to a
+    generator later (a (values, indices) pair unpacked, or read with return_indices) leave every seed's other draws
+    as they were."""
+    return zlib.crc32(text.encode()) % one_in == 0
 
 
 def write_problem(source: str, name: str | None = None) -> Path:

@@ -21,7 +21,6 @@ import random
 import re
 import shutil
 import subprocess
-import zlib
 from types import SimpleNamespace
 
 import pytest
@@ -36,7 +35,8 @@ from kgen.pointwise import reference_forward
 from kgen.problem import load_problem
 from kgen.spec import match
 from tests.families import setup_problem
-from tests.helpers import REPO, conv_problem, generate_module, poison_cuda_allocator, tf32_mode, tf32_round, write_problem
+from tests.helpers import (REPO, conv_problem, generate_module, poison_cuda_allocator, side_draw, tf32_mode, tf32_round,
+                           write_problem)
 
 NAME = "conv2d_epilogue"
 CONV_ARGS = ("in_channels", "out_channels", "kernel_size")
@@ -602,19 +602,13 @@ def _random_conv(rng: random.Random, halo: bool = False, few: bool = False) -> t
     return (rng.randint(1, 3), ci, rng.randint(lo[0], 40), rng.randint(lo[1], 40)), kw
 
 
-def _side_draw(text: str, one_in: int) -> bool:
-    """A choice made from a hash of the text drawn so far, not from rng: forms added to the generator later (the
-    (values, indices) pair unpacked or read with return_indices) leave every seed's other draws as they were."""
-    return zlib.crc32(text.encode()) % one_in == 0
-
-
 # Stages after the convolution's program: a shape-changing op on the value v of rank r, then 0..2 pointwise ops.
 def _random_pool(rng: random.Random, v: str) -> str:
     kind = rng.choice(("avg", "max", "max", "adaptive_avg", "adaptive_max"))
     if kind.startswith("adaptive"):
         size = rng.choice((1, 1, 2, 3, (2, 3), (None, 2), (3, None)))
         fn = f"F.{kind}_pool2d"
-        if kind == "adaptive_max" and _side_draw(f"{v}{size}", 10):  # the (values, indices) pair, values read
+        if kind == "adaptive_max" and side_draw(f"{v}{size}", 10):  # the (values, indices) pair, values read
             return f"{fn}({v}, {size!r}, return_indices=True)[0]"
         return rng.choice((f"{fn}({v}, {size!r})", f"{fn}({v}, output_size={size!r})"))
     k = rng.randint(1, 3) if rng.random() < 0.7 else (rng.randint(1, 3), rng.randint(1, 3))
@@ -635,7 +629,7 @@ def _random_pool(rng: random.Random, v: str) -> str:
             args.append(f"divisor_override={rng.randint(1, 5)}")
     elif rng.random() < 0.3:
         args.append(f"dilation={rng.choice((2, (1, 2), (2, 1)))!r}")
-    if kind == "max" and _side_draw(f"{v}{args}", 10):  # the (values, indices) pair, values read
+    if kind == "max" and side_draw(f"{v}{args}", 10):  # the (values, indices) pair, values read
         return f"F.max_pool2d({v}, {', '.join(args + ['return_indices=True'])})[0]"
     return f"F.{kind}_pool2d({v}, {', '.join(args)})"
 
@@ -711,7 +705,7 @@ def _random_tail(rng: random.Random, forward: list[str], init: list[str], fold: 
         else:
             expr, rank = _random_reduction(rng, value, rank)
             channels = False
-        if expr.endswith(")[0]") and _side_draw(expr, 2):  # a (values, indices) pair unpacked, the indices unread
+        if expr.endswith(")[0]") and side_draw(expr, 2):  # a (values, indices) pair unpacked, the indices unread
             forward.append(f"s{i}, _ = {expr[:-3]}")
         else:
             forward.append(f"s{i} = {expr}")
@@ -2565,10 +2559,10 @@ def test_a_values_indices_pair_unpacked_with_unused_indices_is_its_values(unpack
     """`v, i = torch.max(x, dim=1)` (or a max pool's return_indices) with i never read renders the same kernels and
     binding as reading [0] (the problem's id aside); reading the indices stays refused."""
     src, plain = (conv_epilogue_problem((2, 8, 12, 13), conv(8, 8, 3), CONV_IN + lines) for lines in (unpacked, indexed))
-    got, want = (emit.generate(write_problem(t)) for t in (src, plain))
+    paths = [write_problem(t) for t in (src, plain)]
+    gens = [emit.generate(p) for p in paths]
     for f in ("kernel.cu", "binding.cpp"):
-        norm = [g.files[f].replace(g.name, "NAME").replace(write_problem(t).stem, "PROBLEM")
-                for g, t in ((got, src), (want, plain))]
+        norm = [g.files[f].replace(g.name, "NAME").replace(p.stem, "PROBLEM") for g, p in zip(gens, paths)]
         assert norm[0] == norm[1], f
     name = unpacked[0].split(", ")[1].split(" =")[0]
     reads = src.replace(unpacked[1], unpacked[1] + f" + {name}.float()")  # the indices read after all
