@@ -105,6 +105,14 @@ EXTRA = {
     "maxpool1d_k2_idx_fp16": ("nn.MaxPool1d(2, return_indices=True)", (121, 256, 4096), "float16"),
     "avgpool1d_k3s5": ("nn.AvgPool1d(3, 5)", (32, 256, 100000), "float32"),
     "avgpool1d_k4s4_bf16": ("nn.AvgPool1d(4)", (32, 256, 100000), "bfloat16"),
+    # the pooling arguments of KernelBench's level-1 pool problems (public versions differ in batch and dtype; batches
+    # cut to 0.5-2 GB inputs here)
+    "kb_maxpool1d_k8s1p4d3": ("nn.MaxPool1d(8, 1, 4, dilation=3)", (32, 192, 65536), "float32"),
+    "kb_maxpool2d_k4s1p1": ("nn.MaxPool2d(4, 1, 1)", (32, 64, 512, 512), "float32"),
+    "kb_maxpool2d_k4s1p1_bf16": ("nn.MaxPool2d(4, 1, 1)", (32, 64, 512, 512), "bfloat16"),
+    "kb_avgpool1d_k8s1p4": ("nn.AvgPool1d(8, 1, 4)", (32, 128, 65536), "float32"),
+    "kb_maxpool3d_k3s2p1d3": ("nn.MaxPool3d(3, 2, 1, dilation=3)", (16, 32, 64, 64, 64), "float32"),
+    "kb_avgpool3d_k3s2p1": ("nn.AvgPool3d(3, 2, 1)", (16, 32, 64, 64, 128), "float32"),
 }
 
 
